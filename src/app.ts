@@ -1,0 +1,111 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
+import type { Config } from './config/schema.js';
+import type { TokengateContext } from './context.js';
+import { TokengateError, isTokengateError } from './errors.js';
+import { registerHealth } from './observability/health.js';
+import { createLogger } from './observability/logger.js';
+import { createMetrics } from './observability/metrics.js';
+import { openStore } from './store/open-store.js';
+import type { TokenStore } from './store/store.js';
+import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
+
+export interface BuildOptions {
+  /** A store to use instead of opening the configured one (tests pass a Redis store with their own prefix). */
+  store?: TokenStore;
+  logger?: Logger;
+}
+
+export interface Tokengate {
+  readonly context: TokengateContext;
+  /** Public listener: issuer endpoints and gateway routes. */
+  readonly app: FastifyInstance;
+  /** Ops listener: /healthz, /readyz, /metrics, admin API. */
+  readonly ops: FastifyInstance;
+  /** Binds both listeners as configured; resolves with their URLs. */
+  listen(): Promise<{ publicUrl: string; opsUrl: string }>;
+  /** Stops accepting, lets in-flight requests finish, closes the store. */
+  close(): Promise<void>;
+}
+
+/** Builds one tokengate instance from a validated config. Nothing listens until listen(). */
+export async function buildTokengate(config: Readonly<Config>, options: BuildOptions = {}): Promise<Tokengate> {
+  const log = options.logger ?? createLogger(config.logging.level);
+  const store = options.store ?? (await openStore(config.store));
+  const ownsStore = options.store === undefined;
+  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const context: TokengateContext = {
+    config,
+    store,
+    minter: createTokenMinter(decodeTagKey(tagKey)),
+    metrics: createMetrics(),
+    log,
+  };
+
+  const app = Fastify({
+    loggerInstance: log.child({ listener: 'public' }) as FastifyBaseLogger,
+    bodyLimit: config.server.bodyLimit,
+    maxParamLength: 500,
+    trustProxy: config.server.trustProxy,
+    requestTimeout: config.server.requestTimeoutMs,
+    http: { maxHeaderSize: config.server.maxHeaderSize },
+    requestIdHeader: config.gateway.requestIdHeader,
+    disableRequestLogging: true,
+    return503OnClosing: true,
+  });
+  const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, disableRequestLogging: true });
+  for (const server of [app, ops]) server.setErrorHandler(renderError);
+
+  await registerHealth(ops, context);
+
+  let closed = false;
+  return {
+    context,
+    app,
+    ops,
+    async listen() {
+      const publicUrl = await app.listen({ host: config.server.host, port: config.server.port });
+      const opsUrl = await ops.listen({ host: config.admin.host, port: config.admin.port });
+      return { publicUrl, opsUrl };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.all([app.close(), ops.close()]);
+      if (ownsStore) await store.close();
+    },
+  };
+}
+
+/**
+ * The one error renderer: TokengateErrors keep their status and RFC body; fastify's own
+ * client errors (bad JSON, body too large, unsupported media type) become invalid_request;
+ * anything else is a 500 whose detail stays in the log.
+ */
+function renderError(this: FastifyInstance, error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
+  let failure: TokengateError;
+  if (isTokengateError(error)) failure = error;
+  else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
+  else if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') failure = new TokengateError('UNSUPPORTED_MEDIA_TYPE');
+  else if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
+    failure = new TokengateError('INVALID_REQUEST', { description: publicClientErrorMessage(error) });
+  } else {
+    request.log.error({ err: error }, 'unhandled error');
+    failure = new TokengateError('INTERNAL');
+  }
+  if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+  reply.code(failure.status).header('cache-control', 'no-store').send(failure.toBody());
+}
+
+/** Fastify's client-error messages describe the request's shape, never its content: safe to show. */
+function publicClientErrorMessage(error: Error & { code?: string }): string {
+  switch (error.code) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return 'The request body is not valid JSON.';
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return 'The Content-Length header does not match the body.';
+    default:
+      return 'The request is malformed.';
+  }
+}

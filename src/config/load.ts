@@ -1,0 +1,217 @@
+import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { Value, type ValueError } from '@sinclair/typebox/value';
+import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
+import { ConfigSchema, type Config } from './schema.js';
+import { checkRoutes } from './routes.js';
+import { decodeTagKey } from '../token/token-value.js';
+
+/** One thing wrong with a config file, located by its key path (`routes[2].upstream`). */
+export interface ConfigProblem {
+  path: string;
+  message: string;
+  line?: number;
+}
+
+/** Every problem a config file has, reported at once, each naming the file and the key. */
+export class ConfigError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: ConfigProblem[],
+  ) {
+    super(formatProblems(file, problems));
+    this.name = 'ConfigError';
+  }
+}
+
+function formatProblems(file: string, problems: ConfigProblem[]): string {
+  const lines = problems.map((problem) => {
+    const where = problem.path === '' ? '(top level)' : problem.path;
+    const line = problem.line === undefined ? '' : ` (line ${problem.line})`;
+    return `  - ${where}${line}: ${problem.message}`;
+  });
+  const count = problems.length === 1 ? '1 problem' : `${problems.length} problems`;
+  return `${file} has ${count}:\n${lines.join('\n')}`;
+}
+
+export type Environment = Readonly<Record<string, string | undefined>>;
+
+/** Reads, substitutes, validates and freezes a config file. Throws ConfigError. */
+export function loadConfigFile(file: string, env: Environment = process.env): Readonly<Config> {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the file does not exist' : `the file cannot be read (${(error as Error).message})`;
+    throw new ConfigError(file, [{ path: '', message: `${reason}; pass an existing YAML file with --config (config/tokengate.yaml is the documented default)` }]);
+  }
+  return parseConfig(text, file, env);
+}
+
+/** Same as loadConfigFile for text already in memory; `file` names it in messages. */
+export function parseConfig(text: string, file: string, env: Environment = process.env): Readonly<Config> {
+  const lineCounter = new LineCounter();
+  const document = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true });
+  if (document.errors.length > 0) {
+    throw new ConfigError(
+      file,
+      document.errors.map((error) => ({
+        path: '',
+        message: `invalid YAML: ${error.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '')}`,
+        line: error.linePos?.[0].line,
+      })),
+    );
+  }
+  const raw: unknown = document.toJS() ?? {};
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new ConfigError(file, [{ path: '', message: 'expected a mapping of sections (server, admin, store, issuer, cache, gateway, routes, logging)' }]);
+  }
+
+  const problems: ConfigProblem[] = [];
+  const substituted = substituteEnvironment(raw, [], env, problems);
+  const withDefaults = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, substituted));
+  for (const error of Value.Errors(ConfigSchema, withDefaults)) {
+    if (!isShadowedUnionError(error)) problems.push({ path: keyPath(pointerSegments(error.path)), message: describe(error) });
+  }
+  // Semantic checks run even when the shape is wrong elsewhere, so one run reports everything;
+  // a section too broken to check semantically has already been reported above.
+  try {
+    const reported = new Set(problems.map((problem) => problem.path));
+    for (const problem of checkSemantics(withDefaults as Config)) if (!reported.has(problem.path)) problems.push(problem);
+  } catch {
+    // the shape errors above say what to fix first
+  }
+  for (const problem of problems) problem.line ??= lineOf(document, lineCounter, parseKeyPath(problem.path));
+  problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
+  if (problems.length > 0) throw new ConfigError(file, problems);
+  return deepFreeze(withDefaults as Config);
+}
+
+const VARIABLE = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+/** `${VAR}` and `${VAR:-default}` in string values; `$$` is a literal `$`. Values only, never keys or structure. */
+function substituteEnvironment(value: unknown, path: Array<string | number>, env: Environment, problems: ConfigProblem[]): unknown {
+  if (typeof value === 'string') {
+    return value.replace(VARIABLE, (match, name: string | undefined, fallback: string | undefined) => {
+      if (match === '$$') return '$';
+      const found = env[name!];
+      if (found !== undefined && found !== '') return found;
+      if (fallback !== undefined) return fallback;
+      problems.push({ path: keyPath(path), message: `environment variable ${name} is not set (write \${${name}:-default} to give a default)` });
+      return '';
+    });
+  }
+  if (Array.isArray(value)) return value.map((item, index) => substituteEnvironment(item, [...path, index], env, problems));
+  if (typeof value === 'object' && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, substituteEnvironment(item, [...path, key], env, problems)]));
+  }
+  return value;
+}
+
+function checkSemantics(config: Config): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  if (config.admin.token === '' && !isLoopback(config.admin.host)) {
+    problems.push({ path: 'admin.token', message: `the admin listener binds to ${config.admin.host}, which is not loopback, so it needs a token: set admin.token (from the environment, e.g. \${TOKENGATE_ADMIN_TOKEN})` });
+  }
+  if (config.admin.token !== '' && config.admin.token.length < 16) {
+    problems.push({ path: 'admin.token', message: 'must be at least 16 characters' });
+  }
+  if (config.store.driver === 'redis' && !/^rediss?:\/\//.test(config.store.url)) {
+    problems.push({ path: 'store.url', message: 'expected a redis:// or rediss:// URL' });
+  }
+  if (config.issuer.tokenTagKey !== '') {
+    try {
+      decodeTagKey(config.issuer.tokenTagKey);
+    } catch (error) {
+      problems.push({ path: 'issuer.tokenTagKey', message: (error as Error).message });
+    }
+  }
+  config.issuer.defaultScopes.forEach((scope, index) => {
+    if (!config.issuer.scopes.includes(scope)) {
+      problems.push({ path: `issuer.defaultScopes[${index}]`, message: `"${scope}" is not in issuer.scopes` });
+    }
+  });
+  if (config.issuer.enabled) {
+    try {
+      new URL(config.issuer.issuerUrl);
+    } catch {
+      problems.push({ path: 'issuer.issuerUrl', message: 'expected an absolute URL such as https://auth.example.com' });
+    }
+  }
+  if (config.issuer.users.source === 'http' && !/^https?:\/\//.test(config.issuer.users.url)) {
+    problems.push({ path: 'issuer.users.url', message: 'users.source is http, so users.url must be an http(s) URL' });
+  }
+  if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
+    problems.push({ path: 'admin.port', message: 'the ops listener cannot share the public listener\'s address and port' });
+  }
+  problems.push(...checkRoutes(config.routes));
+  return problems;
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1';
+}
+
+/** A failed union of literals also reports each member: keep the one readable message. */
+function isShadowedUnionError(error: ValueError): boolean {
+  return error.schema.const !== undefined && error.message.startsWith('Expected');
+}
+
+function describe(error: ValueError): string {
+  const got = error.value === undefined ? 'nothing' : JSON.stringify(error.value);
+  const schema = error.schema;
+  if (error.message === 'Unexpected property') {
+    return 'unknown key (a misspelling? see the config reference in the README)';
+  }
+  if (Array.isArray(schema.anyOf) && schema.anyOf.every((member: { const?: unknown }) => member.const !== undefined)) {
+    return `expected one of ${schema.anyOf.map((member: { const: unknown }) => String(member.const)).join(', ')}, got ${got}`;
+  }
+  if (error.value === undefined) return 'required key is missing';
+  if (schema.type === 'integer' && typeof error.value === 'number' && Number.isInteger(error.value)) {
+    const range = [schema.minimum !== undefined ? `>= ${schema.minimum}` : '', schema.maximum !== undefined ? `<= ${schema.maximum}` : ''].filter(Boolean).join(' and ');
+    return `expected an integer ${range}, got ${got}`;
+  }
+  if (schema.type === 'integer') return `expected an integer, got ${got}`;
+  if (schema.type === 'boolean') return `expected true or false, got ${got}`;
+  if (schema.type === 'array' && Array.isArray(error.value)) return `${error.message.toLowerCase()}, got ${got}`;
+  if (schema.type === 'array') return `expected a list, got ${got}`;
+  if (schema.type === 'object') return `expected a mapping, got ${got}`;
+  if (schema.type === 'string' && typeof error.value === 'string') return `${error.message.toLowerCase()}, got ${got}`;
+  if (schema.type === 'string') return `expected a string, got ${got}`;
+  return `${error.message.toLowerCase()}, got ${got}`;
+}
+
+function pointerSegments(pointer: string): Array<string | number> {
+  return pointer
+    .split('/')
+    .slice(1)
+    .map((segment) => segment.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .map((segment) => (/^\d+$/.test(segment) ? Number(segment) : segment));
+}
+
+function parseKeyPath(path: string): Array<string | number> {
+  return path.split(/[.[\]]+/).filter(Boolean).map((part) => (/^\d+$/.test(part) ? Number(part) : part));
+}
+
+function keyPath(segments: ReadonlyArray<string | number>): string {
+  return segments.reduce<string>((path, segment) => (typeof segment === 'number' ? `${path}[${segment}]` : path === '' ? segment : `${path}.${segment}`), '');
+}
+
+/** Line of the deepest node of `segments` that the YAML document actually has. */
+function lineOf(document: Document, lineCounter: LineCounter, segments: ReadonlyArray<string | number>): number | undefined {
+  for (let length = segments.length; length >= 0; length -= 1) {
+    const node = length === 0 ? document.contents : document.getIn(segments.slice(0, length), true);
+    if (isNode(node) && node.range) return lineCounter.linePos(node.range[0]).line;
+  }
+  return undefined;
+}
+
+function deepFreeze<T>(value: T): Readonly<T> {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const item of Object.values(value)) deepFreeze(item);
+  }
+  return value;
+}

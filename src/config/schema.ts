@@ -1,0 +1,136 @@
+import { Type, type Static, type TSchema } from '@sinclair/typebox';
+
+/**
+ * The whole configuration, types and validation from one source. Every object is closed
+ * (`additionalProperties: false`): a misspelt key is an error, not a silently ignored check.
+ * Defaults live here so that the shipped config files and the README agree with the code.
+ */
+const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, description?: string) =>
+  Type.Object(properties, { additionalProperties: false, default: {}, ...(description ? { description } : {}) });
+
+const Seconds = (defaultValue: number, description: string) =>
+  Type.Integer({ minimum: 0, default: defaultValue, description });
+const Milliseconds = (defaultValue: number, description: string) =>
+  Type.Integer({ minimum: 1, default: defaultValue, description });
+const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
+  Type.Union(
+    values.map((value) => Type.Literal(value)),
+    { default: defaultValue, description },
+  ) as unknown as TSchema & { static: T[number] };
+
+export const ServerSchema = closed({
+  host: Type.String({ minLength: 1, default: '0.0.0.0', description: 'Address the public listener (issuer and gateway) binds to.' }),
+  port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'Port of the public listener; 0 picks a free one.' }),
+  trustProxy: Type.Boolean({ default: false, description: 'Trust X-Forwarded-* from the peer (only behind a trusted load balancer).' }),
+  bodyLimit: Type.Integer({ minimum: 1024, default: 1_048_576, description: 'Largest request body accepted, in bytes.' }),
+  maxHeaderSize: Type.Integer({ minimum: 1024, default: 16_384, description: 'Largest request head accepted, in bytes (larger: 431).' }),
+  requestTimeoutMs: Milliseconds(60_000, 'Time a client has to send a whole request.'),
+  shutdownGraceMs: Milliseconds(10_000, 'On SIGTERM/SIGINT, how long in-flight requests may take before the process exits anyway.'),
+});
+
+export const AdminSchema = closed({
+  host: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address of the ops listener (/healthz, /readyz, /metrics, admin API).' }),
+  port: Type.Integer({ minimum: 0, maximum: 65535, default: 9090, description: 'Port of the ops listener; 0 picks a free one.' }),
+  token: Type.String({ default: '', description: 'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.' }),
+});
+
+export const StoreSchema = closed({
+  driver: oneOf(['memory', 'redis'] as const, 'memory', '`memory`: in-process, for a single instance; `redis`: shared by every sidecar.'),
+  url: Type.String({ default: 'redis://127.0.0.1:6379', description: 'Redis URL (`redis://`, `rediss://`), used when driver is `redis`.' }),
+  keyPrefix: Type.String({ default: 'tokengate:', description: 'Prefix of every Redis key and channel, so several deployments can share one Redis.' }),
+  commandTimeoutMs: Milliseconds(500, 'A Redis command not answered in this time fails (the gateway then answers 503), so an outage never hangs a request.'),
+  connectTimeoutMs: Milliseconds(2_000, 'Time allowed to connect to Redis.'),
+});
+
+export const UserSourceSchema = closed({
+  source: oneOf(['store', 'http'] as const, 'store', '`store`: users created by the operator (`tokengate users create`); `http`: the ticketing service checks e-mail and password.'),
+  url: Type.String({ default: '', description: 'With source `http`: the URL that receives `POST {"email","password"}` and answers 200 `{"id": ...}` for valid credentials.' }),
+  timeoutMs: Milliseconds(3_000, 'With source `http`: time allowed for the credential check.'),
+});
+
+export const IssuerSchema = closed({
+  enabled: Type.Boolean({ default: true, description: 'Serve the OAuth endpoints on the public listener. A pure gateway sidecar sets false.' }),
+  issuerUrl: Type.String({ default: 'http://localhost:8080', description: 'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs).' }),
+  tokenTagKey: Type.String({ default: '', description: 'base64url key (32+ bytes) that tags minted tokens. Empty: created once and shared through the store.' }),
+  accessTokenTtl: Seconds(7200, 'Access token lifetime in seconds (`expires_in`).'),
+  refreshTokenTtl: Seconds(2_592_000, 'Refresh token lifetime in seconds.'),
+  authorizationCodeTtl: Seconds(600, 'Authorization code lifetime in seconds.'),
+  sessionTtl: Seconds(3600, 'Login session lifetime on the authorization page, in seconds.'),
+  scopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes this issuer knows.' }),
+  defaultScopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes granted when a request names none.' }),
+  users: UserSourceSchema,
+  loginThrottle: closed({
+    maxAttemptsPerAccount: Type.Integer({ minimum: 1, default: 5, description: 'Failed logins per account in one window before the account is throttled.' }),
+    maxAttemptsPerAddress: Type.Integer({ minimum: 1, default: 20, description: 'Failed logins per client address in one window before the address is throttled.' }),
+    windowSeconds: Seconds(900, 'Window of the login throttle, in seconds.'),
+  }),
+});
+
+export const CacheSchema = closed({
+  enabled: Type.Boolean({ default: true, description: 'Keep verified tokens in an in-process LRU cache in front of the store.' }),
+  maxEntries: Type.Integer({ minimum: 1, default: 100_000, description: 'Most tokens kept in the cache.' }),
+  ttlSeconds: Seconds(60, 'Longest time a token stays cached (never beyond its own expiry).'),
+  negativeTtlSeconds: Seconds(5, 'How long an unknown token is remembered as unknown.'),
+  staleIfErrorSeconds: Seconds(0, 'While the store is unreachable, keep honouring cached tokens this long past their cache life. 0: off.'),
+});
+
+export const IdentityHeadersSchema = closed({
+  userId: Type.String({ default: 'x-auth-user-id', description: 'Header carrying the user id to the upstream (user tokens).' }),
+  clientId: Type.String({ default: 'x-auth-client-id', description: 'Header carrying the client id to the upstream.' }),
+  scope: Type.String({ default: 'x-auth-scope', description: 'Header carrying the granted scopes, space separated.' }),
+  tokenKind: Type.String({ default: 'x-auth-token-kind', description: 'Header carrying `user` or `application`.' }),
+});
+
+export const GatewaySchema = closed({
+  realm: Type.String({ default: 'tokengate', description: 'Realm in `WWW-Authenticate: Bearer realm="..."`.' }),
+  identityHeaders: IdentityHeadersSchema,
+  requestIdHeader: Type.String({ default: 'x-request-id', description: 'Request id header: kept from the client when present, generated otherwise, forwarded upstream.' }),
+});
+
+export const RouteSchema = Type.Object(
+  {
+    path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
+    methods: Type.Array(Type.String({ pattern: '^[A-Z]+$' }), { minItems: 1, uniqueItems: true, default: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'], description: 'HTTP methods the route accepts.' }),
+    token: oneOf(['user', 'application', 'any'] as const, 'user', 'Kind of token the route accepts.'),
+    scopes: Type.Array(Type.String(), { default: [], uniqueItems: true, description: 'Scopes the token must all hold.' }),
+    upstream: Type.Optional(Type.String({ description: 'Upstream base URL every accepted token goes to.' })),
+    upstreams: Type.Optional(
+      Type.Object(
+        {
+          user: Type.Optional(Type.String({ description: 'Upstream for user tokens.' })),
+          application: Type.Optional(Type.String({ description: 'Upstream for application tokens.' })),
+        },
+        { additionalProperties: false, description: 'Per token kind upstreams, instead of `upstream`.' },
+      ),
+    ),
+    timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
+    allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
+    allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
+  },
+  { additionalProperties: false },
+);
+
+export const LoggingSchema = closed({
+  level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'Log level.'),
+});
+
+export const ConfigSchema = Type.Object(
+  {
+    server: ServerSchema,
+    admin: AdminSchema,
+    store: StoreSchema,
+    issuer: IssuerSchema,
+    cache: CacheSchema,
+    gateway: GatewaySchema,
+    routes: Type.Array(RouteSchema, { default: [] }),
+    logging: LoggingSchema,
+  },
+  { additionalProperties: false },
+);
+
+export type Config = Static<typeof ConfigSchema>;
+export type RouteConfig = Static<typeof RouteSchema>;
+export type StoreConfig = Static<typeof StoreSchema>;
+export type CacheConfig = Static<typeof CacheSchema>;
+export type IssuerConfig = Static<typeof IssuerSchema>;
+export type GatewayConfig = Static<typeof GatewaySchema>;

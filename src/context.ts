@@ -1,0 +1,15 @@
+import type { Logger } from 'pino';
+import type { Config } from './config/schema.js';
+import type { Metrics } from './observability/metrics.js';
+import type { TokenStore } from './store/store.js';
+import type { TokenMinter } from './token/token-value.js';
+
+/** What every part of one tokengate instance shares: built once by buildTokengate(). */
+export interface TokengateContext {
+  readonly config: Readonly<Config>;
+  /** The store as the gateway should read it (the cached wrapper when the cache is on). */
+  readonly store: TokenStore;
+  readonly minter: TokenMinter;
+  readonly metrics: Metrics;
+  readonly log: Logger;
+}

@@ -1,0 +1,77 @@
+/**
+ * Every error tokengate answers with, in one table. Each entry has a stable `code` (the key),
+ * the HTTP status, the RFC error string sent on the wire and a public description. Callers
+ * raise `new TokengateError('CODE')`, optionally with a more precise public description and a
+ * private `detail` for logs; nobody builds an ad-hoc error body.
+ */
+export const ERRORS = {
+  // RFC 6749 section 5.2 (token endpoint) and 4.1.2.1 (authorization endpoint)
+  INVALID_REQUEST: { status: 400, error: 'invalid_request', description: 'The request is missing a required parameter, includes an unsupported parameter value, repeats a parameter, or is otherwise malformed.' },
+  INVALID_CLIENT: { status: 401, error: 'invalid_client', description: 'Client authentication failed due to unknown client, no client authentication included, or unsupported authentication method.' },
+  INVALID_GRANT: { status: 400, error: 'invalid_grant', description: 'The provided authorization grant is invalid, expired, revoked, does not match the redirection URI used in the authorization request, or was issued to another client.' },
+  UNAUTHORIZED_CLIENT: { status: 400, error: 'unauthorized_client', description: 'The client is not authorized to use this authorization grant type.' },
+  UNSUPPORTED_GRANT_TYPE: { status: 400, error: 'unsupported_grant_type', description: 'The authorization grant type is not supported by the authorization server.' },
+  INVALID_SCOPE: { status: 400, error: 'invalid_scope', description: 'The requested scope is invalid, unknown, or malformed.' },
+  UNSUPPORTED_RESPONSE_TYPE: { status: 400, error: 'unsupported_response_type', description: 'The authorization server does not support obtaining an authorization code using this method.' },
+  ACCESS_DENIED: { status: 400, error: 'access_denied', description: 'The resource owner or authorization server denied the request.' },
+  UNSUPPORTED_TOKEN_TYPE: { status: 400, error: 'unsupported_token_type', description: 'The authorization server does not support the revocation of the presented token type.' },
+  UNSUPPORTED_MEDIA_TYPE: { status: 415, error: 'invalid_request', description: 'The request body must be application/x-www-form-urlencoded or application/json.' },
+  BODY_TOO_LARGE: { status: 413, error: 'invalid_request', description: 'The request body is too large.' },
+  // RFC 6750 section 3.1 (resource requests through the gateway)
+  TOKEN_MISSING: { status: 401, error: 'invalid_token', description: 'An access token is required.' },
+  INVALID_TOKEN: { status: 401, error: 'invalid_token', description: 'The access token is invalid, expired or revoked.' },
+  INSUFFICIENT_SCOPE: { status: 403, error: 'insufficient_scope', description: 'The access token does not grant access to this resource.' },
+  // gateway and service conditions
+  NOT_FOUND: { status: 404, error: 'not_found', description: 'No route matches this path.' },
+  METHOD_NOT_ALLOWED: { status: 405, error: 'method_not_allowed', description: 'This route does not accept this method.' },
+  TOO_MANY_REQUESTS: { status: 429, error: 'too_many_requests', description: 'Too many attempts; try again later.' },
+  STORE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'The token store is unreachable; try again shortly.' },
+  UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
+  UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
+  ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
+  CONFLICT: { status: 409, error: 'conflict', description: 'The resource already exists.' },
+  INTERNAL: { status: 500, error: 'server_error', description: 'The server encountered an unexpected condition.' },
+} as const satisfies Record<string, { status: number; error: string; description: string }>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export interface ErrorOptions {
+  /** Replaces the table's public description; must never contain a secret. */
+  description?: string;
+  /** Private detail for the log line only; must never contain a secret either. */
+  detail?: string;
+  cause?: unknown;
+}
+
+export class TokengateError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly error: string;
+  readonly description: string;
+  readonly detail: string | undefined;
+
+  constructor(code: ErrorCode, options: ErrorOptions = {}) {
+    const entry = ERRORS[code];
+    super(options.description ?? entry.description, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'TokengateError';
+    this.code = code;
+    this.status = entry.status;
+    this.error = entry.error;
+    this.description = options.description ?? entry.description;
+    this.detail = options.detail;
+  }
+
+  /** The RFC 6749 section 5.2 / RFC 6750 error body. */
+  toBody(): { error: string; error_description: string } {
+    return { error: this.error, error_description: this.description };
+  }
+}
+
+export function isTokengateError(value: unknown): value is TokengateError {
+  return value instanceof TokengateError;
+}
+
+/** Quotes a value for an RFC 7235 auth-param (`realm="..."`). */
+export function quoteAuthParam(value: string): string {
+  return `"${value.replace(/["\\]/g, '\\$&')}"`;
+}

@@ -1,0 +1,140 @@
+#!/usr/bin/env node
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { buildTokengate } from './app.js';
+import { ConfigError, loadConfigFile } from './config/load.js';
+import { StartupError } from './store/open-store.js';
+
+/**
+ * The tokengate command. Each command is a named entry of COMMANDS; a failure the user can fix
+ * (config, unreachable Redis, bad arguments) prints one paragraph and exits non-zero; a stack
+ * trace only with --debug or TOKENGATE_DEBUG=1.
+ */
+
+const DEFAULT_CONFIG = 'config/tokengate.yaml';
+
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+interface Command {
+  summary: string;
+  usage: string;
+  options: NonNullable<ParseArgsConfig['options']>;
+  run(values: Record<string, string | boolean | undefined>, positionals: string[]): Promise<number>;
+}
+
+const configOption = { config: { type: 'string', short: 'c', default: process.env.TOKENGATE_CONFIG ?? DEFAULT_CONFIG } } as const;
+
+export const COMMANDS: Record<string, Command> = {
+  serve: {
+    summary: 'Start the issuer, the gateway and the ops listener.',
+    usage: 'tokengate serve [--config FILE]',
+    options: configOption,
+    async run(values) {
+      const config = loadConfigFile(String(values.config));
+      const tokengate = await buildTokengate(config);
+      const log = tokengate.context.log;
+      const { publicUrl, opsUrl } = await tokengate.listen();
+      log.info({ publicUrl, opsUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
+      await new Promise<void>((resolve) => {
+        const stop = (signal: NodeJS.Signals) => {
+          log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
+          const forced = setTimeout(() => {
+            log.error({ graceMs: config.server.shutdownGraceMs }, 'in-flight requests did not finish in time; exiting');
+            process.exit(1);
+          }, config.server.shutdownGraceMs);
+          forced.unref();
+          tokengate.close().then(resolve, (error: unknown) => {
+            log.error({ err: error }, 'error while shutting down');
+            resolve();
+          });
+        };
+        process.once('SIGTERM', stop);
+        process.once('SIGINT', stop);
+      });
+      log.info('tokengate stopped');
+      return 0;
+    },
+  },
+  check: {
+    summary: 'Validate a config file; exit 0 when it is valid, 2 with every problem otherwise.',
+    usage: 'tokengate check [--config FILE]',
+    options: configOption,
+    async run(values) {
+      const config = loadConfigFile(String(values.config));
+      process.stdout.write(`${String(values.config)} is valid: ${config.routes.length} route(s), store ${config.store.driver}, issuer ${config.issuer.enabled ? 'on' : 'off'}\n`);
+      return 0;
+    },
+  },
+};
+
+function help(): string {
+  const lines = Object.entries(COMMANDS).map(([name, command]) => `  ${command.usage.padEnd(58)} ${command.summary}`);
+  return `tokengate: OAuth 2 issuer and token-checking gateway\n\nUsage:\n${lines.join('\n')}\n\nEvery command reads --config (default: $TOKENGATE_CONFIG or ${DEFAULT_CONFIG}).\n`;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const debug = argv.includes('--debug') || process.env.TOKENGATE_DEBUG === '1';
+  const args = argv.filter((arg) => arg !== '--debug');
+  const [first, second, ...rest] = args;
+  if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
+    process.stdout.write(help());
+    return first === undefined ? 2 : 0;
+  }
+  // Two-word commands (`apps create`) take precedence over one-word ones.
+  const twoWord = second !== undefined ? `${first} ${second}` : undefined;
+  const name = twoWord !== undefined && COMMANDS[twoWord] !== undefined ? twoWord : first;
+  const command = COMMANDS[name];
+  const commandArgs = name === twoWord ? rest : args.slice(1);
+  try {
+    if (command === undefined) throw new UsageError(`unknown command "${first}"; run tokengate --help for the list`);
+    let parsed;
+    try {
+      parsed = parseArgs({ args: commandArgs, options: { ...command.options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+    } catch (error) {
+      throw new UsageError(`${(error as Error).message}\nusage: ${command.usage}`);
+    }
+    if (parsed.values.help) {
+      process.stdout.write(`${command.usage}\n\n${command.summary}\n`);
+      return 0;
+    }
+    return await command.run(parsed.values as Record<string, string | boolean | undefined>, parsed.positionals);
+  } catch (error) {
+    return reportFailure(error, debug);
+  }
+}
+
+function reportFailure(error: unknown, debug: boolean): number {
+  if (debug) process.stderr.write(`${(error as Error).stack ?? String(error)}\n`);
+  if (error instanceof ConfigError) {
+    process.stderr.write(`tokengate: invalid configuration\n${error.message}\n`);
+    return 2;
+  }
+  if (error instanceof UsageError) {
+    process.stderr.write(`tokengate: ${error.message}\n`);
+    return 2;
+  }
+  if (error instanceof StartupError) {
+    process.stderr.write(`tokengate: cannot start: ${error.message}\n`);
+    return 1;
+  }
+  if (!debug) process.stderr.write(`tokengate: ${(error as Error).message ?? String(error)}\n(run again with --debug for the stack trace)\n`);
+  return 1;
+}
+
+function isEntryPoint(): boolean {
+  try {
+    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+  } catch {
+    return false;
+  }
+}
+
+// Run only as the entry point (directly or through the npm bin link), not when tests import COMMANDS.
+if (isEntryPoint()) {
+  main(process.argv.slice(2)).then((code) => {
+    process.exitCode = code;
+  });
+}

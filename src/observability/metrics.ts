@@ -1,0 +1,56 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * Every metric tokengate exports, created once per instance on its own registry (two
+ * instances in one test process do not share counts). Labels are bounded sets: route names
+ * from the config, stable denial reasons, grant types.
+ */
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'tokengate_process_' });
+  const registers = [registry];
+  return {
+    registry,
+    gatewayRequests: new Counter({
+      name: 'tokengate_gateway_requests_total',
+      help: 'Requests the gateway decided on, by route, outcome (forwarded or denied) and reason.',
+      labelNames: ['route', 'outcome', 'reason'] as const,
+      registers,
+    }),
+    gatewayDuration: new Histogram({
+      name: 'tokengate_gateway_request_duration_seconds',
+      help: 'Time from request to the response head, forwarded requests included, by route.',
+      labelNames: ['route'] as const,
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    }),
+    cacheHits: new Counter({ name: 'tokengate_cache_hits_total', help: 'Token lookups answered from the in-process cache with a valid token.', registers }),
+    cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
+    cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),
+    cacheSharedMisses: new Counter({ name: 'tokengate_cache_shared_misses_total', help: 'Lookups that joined a store call already in flight for the same token.', registers }),
+    cacheEvictions: new Counter({ name: 'tokengate_cache_evictions_total', help: 'Entries evicted from the cache to make room.', registers }),
+    cacheResets: new Counter({ name: 'tokengate_cache_resets_total', help: 'Whole-cache clears after the revocation feed was interrupted.', registers }),
+    cacheEntries: new Gauge({ name: 'tokengate_cache_entries', help: 'Entries in the token cache.', registers }),
+    forgedTokens: new Counter({ name: 'tokengate_forged_tokens_total', help: 'Presented tokens refused without a store call because their tag is not this deployment\'s.', registers }),
+    storeDuration: new Histogram({
+      name: 'tokengate_store_request_duration_seconds',
+      help: 'Latency of token store calls on the verification path, by outcome (ok or error).',
+      labelNames: ['outcome'] as const,
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers,
+    }),
+    storeUp: new Gauge({ name: 'tokengate_store_up', help: '1 when the last store call succeeded, 0 when it failed.', registers }),
+    revocationMessages: new Counter({ name: 'tokengate_revocation_messages_total', help: 'Revocation messages received from the store feed.', registers }),
+    revocationDelay: new Histogram({
+      name: 'tokengate_revocation_delay_seconds',
+      help: 'Time from a revocation being published to this instance dropping the cache entries.',
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registers,
+    }),
+    tokensIssued: new Counter({ name: 'tokengate_tokens_issued_total', help: 'Access tokens issued, by grant type.', labelNames: ['grant_type'] as const, registers }),
+    tokenErrors: new Counter({ name: 'tokengate_token_errors_total', help: 'Token endpoint errors, by error code.', labelNames: ['error'] as const, registers }),
+    logins: new Counter({ name: 'tokengate_logins_total', help: 'Login attempts on the authorization page, by outcome.', labelNames: ['outcome'] as const, registers }),
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,160 @@
+import type { TokenKind } from '../token/kinds.js';
+
+/**
+ * The token store: one interface, a memory implementation (single instance, the embedded
+ * default) and a Redis one (shared by every sidecar). Both pass test/store-contract.test.ts.
+ *
+ * Token values never reach the store: every token-keyed method takes the SHA-256 digest from
+ * `tokenDigest()`. Times are Unix epoch milliseconds. Records past `expiresAt` are gone: the
+ * store expires them itself (Redis TTLs, the memory store's sweep), not only on read.
+ */
+
+export interface ApplicationRecord {
+  clientId: string;
+  name: string;
+  /** SHA-256 (base64url) of the client secret; null for a public client. */
+  secretDigest: string | null;
+  redirectUris: string[];
+  scopes: string[];
+  confidential: boolean;
+  createdAt: number;
+}
+
+export interface UserRecord {
+  id: string;
+  /** Lower-cased; unique. */
+  email: string;
+  /** `scrypt$N$r$p$salt$hash` from src/issuer/passwords.ts. */
+  passwordHash: string;
+  createdAt: number;
+}
+
+export interface AuthorizationCodeRecord {
+  clientId: string;
+  userId: string;
+  redirectUri: string;
+  scopes: string[];
+  codeChallenge: string | null;
+  codeChallengeMethod: 'S256' | null;
+  /** The grant family the tokens issued from this code belong to. */
+  familyId: string;
+  issuedAt: number;
+  expiresAt: number;
+}
+
+export interface AccessTokenRecord {
+  kind: TokenKind;
+  clientId: string;
+  /** Null for application tokens. */
+  userId: string | null;
+  scopes: string[];
+  /** Null for application tokens; otherwise the authorization code grant it descends from. */
+  familyId: string | null;
+  issuedAt: number;
+  expiresAt: number;
+}
+
+export interface RefreshTokenRecord {
+  clientId: string;
+  userId: string;
+  scopes: string[];
+  familyId: string;
+  issuedAt: number;
+  expiresAt: number;
+}
+
+/** Result of a single-use read (authorization codes, refresh tokens). */
+export interface Consumed<T> {
+  record: T;
+  /** False when the value was consumed before: a replay. */
+  firstUse: boolean;
+}
+
+/** What a revocation removed; sent to every sidecar so each drops those cache entries. */
+export interface RevocationEvent {
+  /** Digests of the access tokens removed. */
+  accessTokens: string[];
+  /** Epoch ms when the revoking store published it (revocation delay metric). */
+  publishedAt: number;
+}
+
+export interface RevocationFeed {
+  /** A revocation happened somewhere (this process or another sidecar). */
+  onRevoked(event: RevocationEvent): void;
+  /**
+   * The feed was interrupted and is back (a lost Redis subscription): revocations may have been
+   * missed, so a cache must drop everything it holds.
+   */
+  onReset(): void;
+}
+
+export type StoreHealth = 'up' | 'down';
+
+export interface TokenStore {
+  readonly driver: 'memory' | 'redis';
+
+  /** Resolves when the store answers; rejects with StoreUnavailableError otherwise. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+
+  putApplication(app: ApplicationRecord): Promise<void>;
+  getApplication(clientId: string): Promise<ApplicationRecord | null>;
+  listApplications(): Promise<ApplicationRecord[]>;
+  /** Deletes the application and revokes every token issued to it. */
+  deleteApplication(clientId: string): Promise<boolean>;
+
+  /** False when the e-mail is taken. */
+  createUser(user: UserRecord): Promise<boolean>;
+  getUser(id: string): Promise<UserRecord | null>;
+  findUserByEmail(email: string): Promise<UserRecord | null>;
+  listUsers(): Promise<UserRecord[]>;
+  /** Deletes the user and revokes every token issued for them. */
+  deleteUser(id: string): Promise<boolean>;
+
+  saveAuthorizationCode(digest: string, record: AuthorizationCodeRecord): Promise<void>;
+  /** Atomic single use: the first caller gets firstUse true; later ones (replays) false. */
+  consumeAuthorizationCode(digest: string): Promise<Consumed<AuthorizationCodeRecord> | null>;
+
+  saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void>;
+  getAccessToken(digest: string): Promise<AccessTokenRecord | null>;
+  saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void>;
+  getRefreshToken(digest: string): Promise<RefreshTokenRecord | null>;
+  /** Atomic single use, as consumeAuthorizationCode: rotation and reuse detection. */
+  consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null>;
+
+  /** Each revoke* removes the tokens and publishes a RevocationEvent. They return how many went. */
+  revokeAccessToken(digest: string): Promise<number>;
+  revokeRefreshToken(digest: string): Promise<number>;
+  revokeFamily(familyId: string): Promise<number>;
+  revokeUserTokens(userId: string): Promise<number>;
+  revokeClientTokens(clientId: string): Promise<number>;
+
+  /** Starts delivering revocations from every sidecar. Resolves with an unsubscribe function. */
+  subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>>;
+
+  /** Increments a counter that lives `windowMs` from its first increment; returns the new value. */
+  incrementCounter(key: string, windowMs: number): Promise<number>;
+  resetCounter(key: string): Promise<void>;
+
+  /** Returns the secret stored under `name`, storing `candidate` first if there is none (shared by all sidecars). */
+  getOrCreateSecret(name: string, candidate: string): Promise<string>;
+
+  /** Server-side sessions of the authorization page, keyed by a digest of the session cookie. */
+  saveSession(digest: string, data: SessionRecord, ttlMs: number): Promise<void>;
+  getSession(digest: string): Promise<SessionRecord | null>;
+  deleteSession(digest: string): Promise<void>;
+}
+
+export interface SessionRecord {
+  userId: string | null;
+  createdAt: number;
+  [key: string]: unknown;
+}
+
+/** The store could not be reached or did not answer in time: callers answer 503, never 401. */
+export class StoreUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}

@@ -1,0 +1,242 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { MemoryStore } from '../src/store/memory.js';
+import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, TokenStore } from '../src/store/store.js';
+import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
+import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
+
+const minter = createTokenMinter(decodeTagKey(generateTagKey()));
+const newDigest = () => tokenDigest(minter.mint());
+const inOneHour = () => Date.now() + 3_600_000;
+
+function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRecord {
+  return { kind: 'user', clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: inOneHour(), ...overrides };
+}
+
+function refreshToken(overrides: Partial<RefreshTokenRecord> = {}): RefreshTokenRecord {
+  return { clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: inOneHour(), ...overrides };
+}
+
+/** Waits until `predicate` holds (revocations cross Redis pub/sub asynchronously). */
+async function eventually(predicate: () => boolean, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!predicate()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+interface StoreUnderTest {
+  store: TokenStore;
+  /** A second handle on the same data (another sidecar), or the same store where there is none. */
+  peer: TokenStore;
+  cleanup(): Promise<void>;
+}
+
+const implementations: Array<[string, () => Promise<StoreUnderTest>]> = [
+  [
+    'memory',
+    async () => {
+      const store = new MemoryStore();
+      return { store, peer: store, cleanup: () => store.close() };
+    },
+  ],
+  [
+    'redis',
+    async () => {
+      const prefix = uniquePrefix('contract');
+      const store = createTestRedisStore(prefix);
+      const peer = createTestRedisStore(prefix);
+      return {
+        store,
+        peer,
+        async cleanup() {
+          await Promise.all([store.close(), peer.close()]);
+          await deletePrefix(prefix);
+        },
+      };
+    },
+  ],
+];
+
+describe.each(implementations)('token store contract: %s', (driver, open) => {
+  let subject: StoreUnderTest;
+  let store: TokenStore;
+
+  beforeEach(async () => {
+    subject = await open();
+    store = subject.store;
+  });
+  afterEach(async () => {
+    await subject.cleanup();
+  });
+
+  it('answers ping', async () => {
+    await expect(store.ping()).resolves.toBeUndefined();
+    expect(store.driver).toBe(driver);
+  });
+
+  it('keeps applications, lists them and deletes them', async () => {
+    const app = { clientId: 'client-a', name: 'Box office', secretDigest: 'abc', redirectUris: ['https://app.example/cb'], scopes: ['public'], confidential: true, createdAt: 1 };
+    await store.putApplication(app);
+    await store.putApplication({ ...app, clientId: 'client-b', name: 'Scanner', secretDigest: null, confidential: false });
+    expect(await store.getApplication('client-a')).toEqual(app);
+    expect((await store.listApplications()).map((each) => each.clientId).sort()).toEqual(['client-a', 'client-b']);
+    expect(await store.deleteApplication('client-a')).toBe(true);
+    expect(await store.deleteApplication('client-a')).toBe(false);
+    expect(await store.getApplication('client-a')).toBeNull();
+  });
+
+  it('returns copies: mutating a returned record changes nothing stored', async () => {
+    await store.putApplication({ clientId: 'c', name: 'n', secretDigest: null, redirectUris: ['https://a/cb'], scopes: ['public'], confidential: false, createdAt: 1 });
+    const first = await store.getApplication('c');
+    first!.redirectUris.push('https://evil/cb');
+    expect((await store.getApplication('c'))!.redirectUris).toEqual(['https://a/cb']);
+  });
+
+  it('keeps users unique by e-mail', async () => {
+    const user = { id: randomUUID(), email: 'ana@example.com', passwordHash: 'scrypt$x', createdAt: 1 };
+    expect(await store.createUser(user)).toBe(true);
+    expect(await store.createUser({ ...user, id: randomUUID() })).toBe(false);
+    expect(await store.findUserByEmail('ana@example.com')).toEqual(user);
+    expect(await store.getUser(user.id)).toEqual(user);
+    expect((await store.listUsers()).map((each) => each.id)).toEqual([user.id]);
+    expect(await store.deleteUser(user.id)).toBe(true);
+    expect(await store.findUserByEmail('ana@example.com')).toBeNull();
+    expect(await store.createUser({ ...user, id: randomUUID() })).toBe(true);
+  });
+
+  it('lets an authorization code be consumed once and shows every replay', async () => {
+    const digest = newDigest();
+    const record = { clientId: 'client-a', userId: 'user-1', redirectUri: 'https://app.example/cb', scopes: ['public'], codeChallenge: null, codeChallengeMethod: null, familyId: 'f', issuedAt: Date.now(), expiresAt: Date.now() + 600_000 };
+    await store.saveAuthorizationCode(digest, record);
+    const results = await Promise.all([subject.store.consumeAuthorizationCode(digest), subject.peer.consumeAuthorizationCode(digest), store.consumeAuthorizationCode(digest)]);
+    expect(results.filter((result) => result?.firstUse === true)).toHaveLength(1);
+    expect(results.filter((result) => result?.firstUse === false)).toHaveLength(2);
+    expect(results[0]!.record).toEqual(record);
+    expect(await store.consumeAuthorizationCode(newDigest())).toBeNull();
+  });
+
+  it('saves, reads and revokes access tokens, publishing the revocation to every subscriber', async () => {
+    const events: RevocationEvent[] = [];
+    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onReset: () => {} });
+    const digest = newDigest();
+    await store.saveAccessToken(digest, accessToken());
+    expect(await subject.peer.getAccessToken(digest)).toEqual(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
+    expect(await store.revokeAccessToken(digest)).toBe(1);
+    expect(await store.getAccessToken(digest)).toBeNull();
+    await eventually(() => events.length === 1);
+    expect(events[0]!.accessTokens).toEqual([digest]);
+    expect(events[0]!.publishedAt).toBeLessThanOrEqual(Date.now());
+    await unsubscribe();
+  });
+
+  it('expires tokens by itself, not only on read', async () => {
+    const digest = newDigest();
+    await store.saveAccessToken(digest, accessToken({ expiresAt: Date.now() + 150 }));
+    expect(await store.getAccessToken(digest)).not.toBeNull();
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    expect(await store.getAccessToken(digest)).toBeNull();
+    // An already expired record is never stored.
+    const stale = newDigest();
+    await store.saveAccessToken(stale, accessToken({ expiresAt: Date.now() - 1 }));
+    expect(await store.getAccessToken(stale)).toBeNull();
+  });
+
+  it('rotates refresh tokens once and reports reuse', async () => {
+    const digest = newDigest();
+    await store.saveRefreshToken(digest, refreshToken());
+    expect(await store.getRefreshToken(digest)).toEqual(refreshToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
+    expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(true);
+    expect(await store.getRefreshToken(digest)).toBeNull();
+    expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(false);
+  });
+
+  it('revokes a whole grant family, a user\'s tokens and an application\'s tokens', async () => {
+    const familyAccess = newDigest();
+    const familyRefresh = newDigest();
+    const otherFamily = newDigest();
+    const appToken = newDigest();
+    await store.saveAccessToken(familyAccess, accessToken({ familyId: 'fam-x', userId: 'user-x' }));
+    await store.saveRefreshToken(familyRefresh, refreshToken({ familyId: 'fam-x', userId: 'user-x' }));
+    await store.saveAccessToken(otherFamily, accessToken({ familyId: 'fam-y', userId: 'user-x' }));
+    await store.saveAccessToken(appToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-z' }));
+
+    expect(await store.revokeFamily('fam-x')).toBe(2);
+    expect(await store.getAccessToken(familyAccess)).toBeNull();
+    expect(await store.getRefreshToken(familyRefresh)).toBeNull();
+    expect(await store.getAccessToken(otherFamily)).not.toBeNull();
+
+    expect(await store.revokeUserTokens('user-x')).toBe(1);
+    expect(await store.getAccessToken(otherFamily)).toBeNull();
+    expect(await store.getAccessToken(appToken)).not.toBeNull();
+
+    expect(await store.revokeClientTokens('client-z')).toBe(1);
+    expect(await store.getAccessToken(appToken)).toBeNull();
+    expect(await store.revokeClientTokens('client-z')).toBe(0);
+  });
+
+  it('revokes every token of a deleted application or user', async () => {
+    const digest = newDigest();
+    await store.putApplication({ clientId: 'client-del', name: 'n', secretDigest: null, redirectUris: [], scopes: ['public'], confidential: false, createdAt: 1 });
+    await store.saveAccessToken(digest, accessToken({ clientId: 'client-del' }));
+    await store.deleteApplication('client-del');
+    expect(await store.getAccessToken(digest)).toBeNull();
+
+    const user = { id: 'user-del', email: 'del@example.com', passwordHash: 'x', createdAt: 1 };
+    await store.createUser(user);
+    const userToken = newDigest();
+    await store.saveAccessToken(userToken, accessToken({ userId: 'user-del' }));
+    await store.deleteUser('user-del');
+    expect(await store.getAccessToken(userToken)).toBeNull();
+  });
+
+  it('counts within a window that its own increments do not extend', async () => {
+    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    expect(await subject.peer.incrementCounter('login:a', 200)).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    expect(await store.incrementCounter('login:a', 200)).toBe(3);
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    await store.resetCounter('login:a');
+    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+  });
+
+  it('creates a shared secret once, whoever asks first', async () => {
+    const [first, second] = await Promise.all([store.getOrCreateSecret('k', 'one'), subject.peer.getOrCreateSecret('k', 'two')]);
+    expect(first).toBe(second);
+    expect(await store.getOrCreateSecret('k', 'three')).toBe(first);
+  });
+
+  it('keeps sessions until their time is up or they are deleted', async () => {
+    await store.saveSession('s1', { userId: 'u', createdAt: 1, csrf: 'x' }, 150);
+    expect(await subject.peer.getSession('s1')).toEqual({ userId: 'u', createdAt: 1, csrf: 'x' });
+    await store.deleteSession('s1');
+    expect(await store.getSession('s1')).toBeNull();
+    await store.saveSession('s2', { userId: null, createdAt: 1 }, 100);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await store.getSession('s2')).toBeNull();
+  });
+});
+
+describe('redis store: what Redis holds', () => {
+  const prefix = uniquePrefix('layout');
+  const store = createTestRedisStore(prefix);
+  const redis = rawRedis();
+  afterAll(async () => {
+    await store.close();
+    redis.disconnect();
+    await deletePrefix(prefix);
+  });
+
+  it('keys token records by digest, never by the token value, with a TTL', async () => {
+    const token = minter.mint();
+    await store.saveAccessToken(tokenDigest(token), accessToken());
+    const keys = await redis.keys(`${prefix}*`);
+    expect(keys.some((key) => key.includes(token))).toBe(false);
+    for (const key of keys) expect(await redis.get(key).catch(() => '')).not.toContain(token);
+    const ttl = await redis.pttl(`${prefix}at:${tokenDigest(token)}`);
+    expect(ttl).toBeGreaterThan(3_000_000);
+    expect(ttl).toBeLessThanOrEqual(3_600_000);
+  });
+});

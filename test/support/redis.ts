@@ -1,0 +1,35 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { RedisStore } from '../../src/store/redis.js';
+
+export const REDIS_URL = process.env.TOKENGATE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+/** A key prefix no other test file or run uses. */
+export function uniquePrefix(label: string): string {
+  return `tokengate-test:${label}:${randomBytes(6).toString('hex')}:`;
+}
+
+export function createTestRedisStore(prefix: string, overrides: Partial<{ commandTimeoutMs: number; url: string }> = {}): RedisStore {
+  return new RedisStore({ url: overrides.url ?? REDIS_URL, keyPrefix: prefix, commandTimeoutMs: overrides.commandTimeoutMs ?? 1_000, connectTimeoutMs: 2_000 });
+}
+
+/** Deletes every key under `prefix` (tests clean up after themselves). */
+export async function deletePrefix(prefix: string, url = REDIS_URL): Promise<void> {
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  try {
+    await redis.connect();
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+      if (keys.length > 0) await redis.del(...keys);
+      cursor = next;
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}
+
+/** A raw client for assertions about what Redis holds. */
+export function rawRedis(url = REDIS_URL): Redis {
+  return new Redis(url, { maxRetriesPerRequest: 1 });
+}
