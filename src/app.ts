@@ -56,7 +56,11 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, disableRequestLogging: true });
   for (const server of [app, ops]) server.setErrorHandler(renderError);
 
+  // Ops listener: health, readiness, metrics; the admin API joins it.
   await registerHealth(ops, context);
+
+  // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
+  // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
 
   let closed = false;
   return {
