@@ -20,3 +20,20 @@ export function hasScopes(granted: readonly string[], required: readonly string[
 export function isScopeToken(value: string): boolean {
   return SCOPE_TOKEN.test(value);
 }
+
+export type ScopeResolution = { ok: true; scopes: string[] } | { ok: false; reason: string };
+
+/**
+ * The scopes a grant receives: the requested ones (or the defaults when none are requested),
+ * each of which the issuer must know and the application must be allowed. Used by
+ * /oauth/authorize and the token endpoint alike, so both refuse the same requests.
+ */
+export function resolveScopes(requested: string | undefined, allowedForApplication: readonly string[], known: readonly string[], defaults: readonly string[]): ScopeResolution {
+  const wanted = requested === undefined || requested.trim() === '' ? [...defaults] : parseScope(requested);
+  if (wanted === null) return { ok: false, reason: 'The scope parameter is malformed.' };
+  const unknown = wanted.filter((scope) => !known.includes(scope));
+  if (unknown.length > 0) return { ok: false, reason: `Unknown scope: ${unknown.join(' ')}.` };
+  const refused = wanted.filter((scope) => !allowedForApplication.includes(scope));
+  if (refused.length > 0) return { ok: false, reason: `The application may not request: ${refused.join(' ')}.` };
+  return { ok: true, scopes: wanted };
+}
