@@ -1,0 +1,90 @@
+import autocannon, { type AutocannonRequest } from 'autocannon';
+import { performance } from 'node:perf_hooks';
+
+/**
+ * One autocannon run, in this process. Latencies are recorded here from autocannon's
+ * per-response event (sub-millisecond, every status) rather than from its histogram, which
+ * keeps whole milliseconds and only 2xx answers: the 2,000 req/s comparison needs the
+ * fractions, the forged-token flood is all 401s.
+ */
+export interface LoadOptions {
+  url: string;
+  connections: number;
+  /** Seconds to run; or `amount` requests, whichever the caller gives. */
+  durationSeconds?: number;
+  amount?: number;
+  /** Requests per second over all connections (autocannon's overallRate). */
+  overallRate?: number;
+  request: AutocannonRequest;
+  /** Status every answer should have; anything else counts as unexpected. */
+  expectedStatus: number;
+}
+
+export interface LoadResult {
+  requests: number;
+  seconds: number;
+  requestsPerSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Responses by status code. */
+  statuses: Record<string, number>;
+  /** Connection errors and timeouts. */
+  errors: number;
+  /** Responses whose status was not the expected one. */
+  unexpected: number;
+}
+
+export async function runLoad(options: LoadOptions): Promise<LoadResult> {
+  const latencies = new LatencyRecorder();
+  const started = performance.now();
+  const instance = autocannon({
+    url: options.url,
+    connections: options.connections,
+    ...(options.amount !== undefined ? { amount: options.amount } : { duration: options.durationSeconds ?? 5 }),
+    ...(options.overallRate !== undefined ? { overallRate: options.overallRate } : {}),
+    timeout: 10,
+    ...(options.request.setupRequest !== undefined ? { requests: [options.request] } : options.request),
+  });
+  instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTimeMs: number) => latencies.record(responseTimeMs));
+  const result = await instance;
+  const seconds = (performance.now() - started) / 1000;
+  const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([status, { count }]) => [status, count]));
+  const requests = Object.values(statuses).reduce((sum, count) => sum + count, 0);
+  const sorted = latencies.sorted();
+  return {
+    requests,
+    seconds,
+    requestsPerSecond: requests / seconds,
+    p50Ms: percentile(sorted, 50),
+    p99Ms: percentile(sorted, 99),
+    statuses,
+    errors: result.errors,
+    unexpected: requests - (statuses[String(options.expectedStatus)] ?? 0),
+  };
+}
+
+/** Nearest-rank percentile of ascending values; NaN when there are none. */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length, Math.max(1, rank)) - 1]!;
+}
+
+/** A growable array of doubles: a million latencies without a million boxed numbers. */
+export class LatencyRecorder {
+  private values = new Float64Array(1 << 16);
+  private length = 0;
+
+  record(value: number): void {
+    if (this.length === this.values.length) {
+      const grown = new Float64Array(this.values.length * 2);
+      grown.set(this.values);
+      this.values = grown;
+    }
+    this.values[this.length++] = value;
+  }
+
+  sorted(): Float64Array {
+    return this.values.slice(0, this.length).sort();
+  }
+}

@@ -1,0 +1,213 @@
+import type { LoadResult } from './load.js';
+
+/**
+ * What a run measured, the DESIGN.md targets evaluated against it, and the tables printed to
+ * the terminal and pasted into BENCHMARKS.md. Pure functions of the results: the harness
+ * measures, this file only judges and formats.
+ */
+
+export interface ScenarioResult {
+  id: string;
+  title: string;
+  load: LoadResult;
+  /** CPU ms per 1,000 requests of the process(es) in front of the upstream; null when none. */
+  gatewayCpuMsPer1k: number | null;
+  /** CPU ms per 1,000 requests of Redis. */
+  storeCpuMsPer1k: number;
+  /** Scenario the req/s ratio is taken against. */
+  baseline: string | null;
+  /** Busy share of the load generator's CPU: near 100 means the generator, not the server, set the pace. */
+  loadGeneratorCpuPercent: number;
+}
+
+export interface FixedRateResult {
+  rate: number;
+  direct: LoadResult;
+  tokengate: LoadResult;
+}
+
+export interface RevocationResult {
+  samples: number;
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+}
+
+export interface MemoryResult {
+  idleBytes: number;
+  /** RSS just before and just after the cache-miss run filled the cache. */
+  beforeFillBytes: number;
+  filledBytes: number;
+  cachedEntries: number;
+  soak: { seconds: number; startBytes: number; endBytes: number; maxBytes: number };
+}
+
+export interface BenchResults {
+  scenarios: Record<string, ScenarioResult>;
+  forgedStoreCommands: number | null;
+  fixedRate: FixedRateResult | null;
+  revocation: RevocationResult | null;
+  memory: MemoryResult | null;
+}
+
+export interface TargetCheck {
+  /** The scenario row the verdict is printed beside. */
+  scenario: string;
+  target: string;
+  measured: string;
+  /** null: the run did not measure it (a scenario skipped or failed). */
+  met: boolean | null;
+}
+
+const MB = 1024 * 1024;
+
+export function ratio(results: BenchResults, id: string, baseline: string): number | null {
+  const subject = results.scenarios[id];
+  const base = results.scenarios[baseline];
+  if (subject === undefined || base === undefined || base.load.requestsPerSecond === 0) return null;
+  return subject.load.requestsPerSecond / base.load.requestsPerSecond;
+}
+
+export function bytesPerCachedEntry(memory: MemoryResult): number {
+  return (memory.filledBytes - memory.beforeFillBytes) / memory.cachedEntries;
+}
+
+export function soakGrowth(memory: MemoryResult): number {
+  return (memory.soak.endBytes - memory.soak.startBytes) / memory.soak.startBytes;
+}
+
+/** The performance targets of DESIGN.md, each judged on this run's figures. */
+export function evaluateTargets(results: BenchResults): TargetCheck[] {
+  const checks: TargetCheck[] = [];
+  const atLeast = (scenario: string, target: string, value: number | null, minimum: number) =>
+    checks.push({ scenario, target, measured: value === null ? 'not measured' : `${value.toFixed(2)}x`, met: value === null ? null : value >= minimum });
+
+  atLeast('cache-hit', 'cache hit >= 1.0x bare @fastify/http-proxy', ratio(results, 'cache-hit', 'bare-proxy'), 1.0);
+  atLeast('cache-hit', 'cache hit >= 1.0x nginx auth_request', ratio(results, 'cache-hit', 'nginx-peer'), 1.0);
+
+  const hitCpu = results.scenarios['cache-hit']?.gatewayCpuMsPer1k ?? null;
+  const peerCpu = results.scenarios['nginx-peer']?.gatewayCpuMsPer1k ?? null;
+  checks.push({
+    scenario: 'cache-hit',
+    target: 'gateway CPU per request below nginx + check service',
+    measured: hitCpu === null || peerCpu === null ? 'not measured' : `${hitCpu.toFixed(0)} vs ${peerCpu.toFixed(0)} ms/1k`,
+    met: hitCpu === null || peerCpu === null ? null : hitCpu < peerCpu,
+  });
+
+  atLeast('cache-miss', 'cache miss (100k tokens) >= 0.7x cache hit', ratio(results, 'cache-miss', 'cache-hit'), 0.7);
+
+  checks.push({
+    scenario: 'forged',
+    target: 'forged tokens: 0 store calls',
+    measured: results.forgedStoreCommands === null ? 'not measured' : `${results.forgedStoreCommands} Redis commands`,
+    met: results.forgedStoreCommands === null ? null : results.forgedStoreCommands === 0,
+  });
+
+  const fixed = results.fixedRate;
+  const addedP99 = fixed === null ? null : fixed.tokengate.p99Ms - fixed.direct.p99Ms;
+  checks.push({
+    scenario: 'fixed-rate',
+    target: `added p99 over direct at ${fixed?.rate ?? 2000} req/s <= 1 ms`,
+    measured: addedP99 === null ? 'not measured' : `${addedP99.toFixed(2)} ms`,
+    met: addedP99 === null ? null : addedP99 <= 1,
+  });
+
+  const revocation = results.revocation;
+  checks.push({
+    scenario: 'revocation',
+    target: 'revocation seen by a second sidecar <= 50 ms p99',
+    measured: revocation === null ? 'not measured' : `${revocation.p99Ms.toFixed(1)} ms p99`,
+    met: revocation === null ? null : revocation.p99Ms <= 50,
+  });
+
+  const issuance = results.scenarios['issuance']?.load.requestsPerSecond ?? null;
+  checks.push({
+    scenario: 'issuance',
+    target: 'client_credentials issuance >= 5,000 tokens/s',
+    measured: issuance === null ? 'not measured' : `${Math.round(issuance)} tokens/s`,
+    met: issuance === null ? null : issuance >= 5000,
+  });
+
+  const memory = results.memory;
+  checks.push({
+    scenario: 'memory',
+    target: 'RSS <= 150 MB with 100k cached tokens',
+    measured: memory === null ? 'not measured' : `${(memory.filledBytes / MB).toFixed(0)} MB`,
+    met: memory === null ? null : memory.filledBytes <= 150 * MB,
+  });
+  const growth = memory === null ? null : soakGrowth(memory);
+  checks.push({
+    scenario: 'memory',
+    target: `RSS flat (within 5%) over ${memory?.soak.seconds ?? 60} s at full load`,
+    measured: growth === null ? 'not measured' : `${(growth * 100).toFixed(1)}%`,
+    met: growth === null ? null : Math.abs(growth) <= 0.05,
+  });
+  return checks;
+}
+
+export function verdict(check: TargetCheck): string {
+  return check.met === null ? 'not measured' : check.met ? 'met' : 'NOT MET';
+}
+
+/** A Markdown table with padded columns, readable in a terminal and pasteable as is. */
+export function markdownTable(header: string[], rows: string[][]): string {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => (row[column] ?? '').length)));
+  const line = (cells: string[]) => `| ${cells.map((cell, column) => cell.padEnd(widths[column]!)).join(' | ')} |`;
+  return [line(header), `|${widths.map((width) => '-'.repeat(width + 2)).join('|')}|`, ...rows.map(line)].join('\n');
+}
+
+const fixed = (value: number | null, digits: number) => (value === null || Number.isNaN(value) ? '-' : value.toFixed(digits));
+
+export function scenarioTable(results: BenchResults, checks: TargetCheck[]): string {
+  const rows = Object.values(results.scenarios).map((scenario) => {
+    const { load } = scenario;
+    const vs = scenario.baseline === null ? '-' : `${fixed(ratio(results, scenario.id, scenario.baseline), 2)}x ${scenario.baseline}`;
+    const targets = checks.filter((check) => check.scenario === scenario.id).map((check) => `${verdict(check)} (${check.target}: ${check.measured})`);
+    return [
+      scenario.title,
+      Math.round(load.requestsPerSecond).toString(),
+      fixed(load.p50Ms, 2),
+      fixed(load.p99Ms, 2),
+      `${load.errors}/${load.unexpected}`,
+      fixed(scenario.gatewayCpuMsPer1k, 0),
+      fixed(scenario.storeCpuMsPer1k, 0),
+      fixed(scenario.loadGeneratorCpuPercent, 0),
+      vs,
+      targets.join('; ') || '-',
+    ];
+  });
+  return markdownTable(['scenario', 'req/s', 'p50 ms', 'p99 ms', 'errors/unexpected', 'gateway CPU ms/1k req', 'Redis CPU ms/1k req', 'load gen CPU %', 'vs', 'DESIGN.md target'], rows);
+}
+
+export function otherTable(results: BenchResults, checks: TargetCheck[]): string {
+  const rows: string[][] = [];
+  const targetsOf = (scenario: string) => checks.filter((check) => check.scenario === scenario).map((check) => `${verdict(check)} (${check.target})`).join('; ');
+  const { fixedRate, revocation, memory } = results;
+  if (fixedRate !== null) {
+    const { direct, tokengate, rate } = fixedRate;
+    rows.push([
+      `added latency at ${rate} req/s`,
+      `direct p50 ${fixed(direct.p50Ms, 2)} / p99 ${fixed(direct.p99Ms, 2)} ms; tokengate p50 ${fixed(tokengate.p50Ms, 2)} / p99 ${fixed(tokengate.p99Ms, 2)} ms; ` +
+        `added p50 ${fixed(tokengate.p50Ms - direct.p50Ms, 2)} / p99 ${fixed(tokengate.p99Ms - direct.p99Ms, 2)} ms ` +
+        `(achieved ${Math.round(direct.requestsPerSecond)} and ${Math.round(tokengate.requestsPerSecond)} req/s)`,
+      targetsOf('fixed-rate'),
+    ]);
+  }
+  if (revocation !== null) {
+    rows.push([
+      'revocation seen by a second sidecar',
+      `${revocation.samples} revocations: p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,
+      targetsOf('revocation'),
+    ]);
+  }
+  if (memory !== null) {
+    rows.push([
+      'memory (RSS)',
+      `idle ${(memory.idleBytes / MB).toFixed(1)} MB; ${memory.cachedEntries} cached tokens ${(memory.filledBytes / MB).toFixed(1)} MB ` +
+        `(${Math.round(bytesPerCachedEntry(memory))} bytes/entry); ${memory.soak.seconds} s at full load ${(memory.soak.startBytes / MB).toFixed(1)} -> ` +
+        `${(memory.soak.endBytes / MB).toFixed(1)} MB (max ${(memory.soak.maxBytes / MB).toFixed(1)}, ${(soakGrowth(memory) * 100).toFixed(1)}%)`,
+      targetsOf('memory'),
+    ]);
+  }
+  return markdownTable(['measurement', 'result', 'DESIGN.md target'], rows);
+}

@@ -1,0 +1,40 @@
+import { createServer, type ServerResponse } from 'node:http';
+import { parseArgs } from 'node:util';
+import { RedisStore } from '../../src/store/redis.js';
+import { tokenDigest } from '../../src/token/token-value.js';
+
+/**
+ * The peer's token check, as people write it next to nginx `auth_request`: take the bearer
+ * token, look its digest up in the same Redis tokengate uses (no in-process cache), answer
+ * 204 with identity headers for a live user token with the `public` scope, 401 otherwise.
+ * nginx copies the identity headers onto the proxied request.
+ */
+const { values } = parseArgs({ options: { port: { type: 'string' }, redis: { type: 'string' }, prefix: { type: 'string' } } });
+const store = new RedisStore({ url: String(values.redis), keyPrefix: String(values.prefix), commandTimeoutMs: 500, connectTimeoutMs: 2_000 });
+const BEARER = /^Bearer ([A-Za-z0-9_-]{43})$/i;
+
+function answer(response: ServerResponse, status: number, headers: Record<string, string> = {}): void {
+  response.writeHead(status, headers);
+  response.end();
+}
+
+const server = createServer((request, response) => {
+  const token = BEARER.exec(request.headers.authorization ?? '')?.[1];
+  if (token === undefined) return answer(response, 401);
+  store.getAccessToken(tokenDigest(token)).then(
+    (record) => {
+      if (record === null || record.expiresAt <= Date.now() || record.kind !== 'user' || !record.scopes.includes('public')) return answer(response, 401);
+      answer(response, 204, {
+        'x-auth-user-id': record.userId ?? '',
+        'x-auth-client-id': record.clientId,
+        'x-auth-scope': record.scopes.join(' '),
+        'x-auth-token-kind': record.kind,
+      });
+    },
+    () => answer(response, 503),
+  );
+});
+server.keepAliveTimeout = 120_000;
+server.headersTimeout = 125_000;
+server.listen(Number(values.port), '127.0.0.1');
+process.once('SIGTERM', () => server.close(() => store.close().then(() => process.exit(0))));

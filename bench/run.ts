@@ -1,0 +1,385 @@
+import type { AutocannonRequest } from 'autocannon';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { RedisStore } from '../src/store/redis.js';
+import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest, type TokenMinter } from '../src/token/token-value.js';
+import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
+import { percentile, runLoad, type LoadResult } from './lib/load.js';
+import { cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
+import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
+import { commandsExecuted, startRedis } from './lib/redis.js';
+import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult, type ScenarioResult } from './lib/report.js';
+import { readSettings, type BenchSettings } from './lib/settings.js';
+import { nginxVersion, startBareProxy, startNginxPeer, startTokengate, startUpstream, type Service, type TokengateService } from './lib/services.js';
+import { ROUTES } from './lib/tokengate-config.js';
+
+/**
+ * `npm run bench`: starts an upstream, a throwaway Redis, a bare @fastify/http-proxy, nginx +
+ * a token-check service, and tokengate built from this tree, each its own process on loopback;
+ * drives them with autocannon from this process; prints the table and writes
+ * bench/results/latest.json and latest.md. The scenarios run in the order below.
+ */
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const KEY_PREFIX = 'bench:';
+const ORGANIZER_CLIENT_ID = 'bench-organizer';
+
+interface Run {
+  settings: BenchSettings;
+  redis: { url: string; pid: number; store: RedisStore };
+  results: BenchResults;
+  failures: string[];
+}
+
+/** How one throughput scenario is driven and accounted. */
+interface ScenarioSpec {
+  id: string;
+  title: string;
+  target: Service;
+  request: AutocannonRequest;
+  expectedStatus?: number;
+  /** Whose CPU counts as the gateway's; null for the direct run. */
+  gateway: Service | null;
+  baseline: string | null;
+  durationSeconds?: number;
+  amount?: number;
+  warmup?: boolean;
+  /** Called every second while the measured run lasts (memory soak). */
+  everySecond?: () => void;
+}
+
+async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
+  const expectedStatus = spec.expectedStatus ?? 200;
+  await expectAnswer(spec.target, spec.request, expectedStatus);
+  const load = (durationSeconds: number, amount?: number) =>
+    runLoad({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
+  if (spec.warmup !== false && run.settings.warmupSeconds > 0) await load(run.settings.warmupSeconds);
+
+  const gatewayPids = spec.gateway?.pids() ?? [];
+  const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
+  const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
+  let result: LoadResult;
+  try {
+    result = await load(spec.durationSeconds ?? run.settings.durationSeconds, spec.amount);
+  } finally {
+    if (ticker !== null) clearInterval(ticker);
+  }
+  const self = process.cpuUsage(before.self);
+  const perThousand = (cpuMs: number) => (result.requests === 0 ? Number.NaN : (cpuMs * 1000) / result.requests);
+  const scenario: ScenarioResult = {
+    id: spec.id,
+    title: spec.title,
+    load: result,
+    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(totalCpuMilliseconds(gatewayPids) - before.gateway),
+    storeCpuMsPer1k: perThousand(cpuMilliseconds(run.redis.pid) - before.redis),
+    baseline: spec.baseline,
+    loadGeneratorCpuPercent: ((self.user + self.system) / 1000 / (result.seconds * 1000)) * 100,
+  };
+  run.results.scenarios[spec.id] = scenario;
+  progress(`${spec.title}: ${Math.round(result.requestsPerSecond)} req/s, p99 ${result.p99Ms.toFixed(2)} ms, ${result.errors} errors, ${result.unexpected} unexpected statuses`);
+  return scenario;
+}
+
+/** One request before the load: a scenario that would measure error pages fails here, with the answer shown. */
+async function expectAnswer(target: Service, request: AutocannonRequest, status: number): Promise<void> {
+  const concrete = request.setupRequest === undefined ? request : request.setupRequest({ ...request }, {});
+  const response = await fetch(`${target.url}${concrete.path ?? '/'}`, {
+    method: concrete.method ?? 'GET',
+    ...(concrete.headers !== undefined ? { headers: concrete.headers } : {}),
+    ...(concrete.body !== undefined ? { body: concrete.body } : {}),
+  });
+  const body = await response.text();
+  if (response.status !== status) throw new Error(`${concrete.method ?? 'GET'} ${concrete.path} answered ${response.status} (expected ${status}): ${body.slice(0, 300)}`);
+}
+
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+
+async function main(): Promise<number> {
+  process.chdir(ROOT);
+  const settings = readSettings(process.env);
+  const pinning = choosePinning();
+  if (pinning !== null) pinThisProcess(pinning);
+  const dir = mkdtempSync(join(tmpdir(), 'tokengate-bench-'));
+  const group = new ProcessGroup(dir, pinning);
+  const stopOnSignal = () => void group.stopAll().finally(() => process.exit(130));
+  process.once('SIGINT', stopOnSignal);
+  process.once('SIGTERM', stopOnSignal);
+
+  const machine = describeMachine(pinning === null ? 'not pinned' : `load generator on CPU ${pinning.loadGeneratorCpus}, servers on CPU ${pinning.serverCpus} (taskset)`);
+  progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart.join(' ')}; ${machine.pinning}; logs in ${dir}`);
+  const started = performance.now();
+  const results: BenchResults = { scenarios: {}, forgedStoreCommands: null, fixedRate: null, revocation: null, memory: null };
+  const failures: string[] = [];
+  try {
+    const redis = await startRedis(group);
+    const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });
+    const run: Run = { settings, redis: { url: redis.url, pid: redis.process.pid, store }, results, failures };
+    try {
+      await runScenarios(run, group, dir);
+    } finally {
+      await store.close();
+    }
+  } catch (error) {
+    failures.push(`setup: ${(error as Error).message}`);
+  } finally {
+    await group.stopAll();
+  }
+  return report(results, failures, machine, settings, (performance.now() - started) / 1000);
+}
+
+async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise<void> {
+  const { settings, results } = run;
+  const wanted = (id: string) => settings.only === null || settings.only.has(id);
+  const attempt = async (id: string, body: () => Promise<unknown>) => {
+    if (!wanted(id)) return;
+    try {
+      await body();
+    } catch (error) {
+      run.failures.push(`${id}: ${(error as Error).message}`);
+      progress(`${id} FAILED: ${(error as Error).message}`);
+    }
+  };
+
+  const upstream = await startUpstream(group);
+  const bare = await startBareProxy(group, upstream.url);
+  const nginx = nginxVersion();
+  const peer = nginx === null ? null : await startNginxPeer(group, dir, upstream.port, run.redis.url, KEY_PREFIX);
+  if (peer === null) progress('nginx is not installed (apt-get install -y nginx): skipping the nginx auth_request peer');
+
+  const tagKey = generateTagKey();
+  const minter = createTokenMinter(decodeTagKey(tagKey));
+  const tokengateOptions = {
+    redisUrl: run.redis.url,
+    keyPrefix: KEY_PREFIX,
+    tokenTagKey: tagKey,
+    upstreamUrl: upstream.url,
+    ...(settings.cpuProfileDir !== null ? { nodeFlags: ['--cpu-prof', `--cpu-prof-dir=${resolve(settings.cpuProfileDir)}`] } : {}),
+  };
+  const [userToken] = await seedAccessTokens(run.redis.store, minter, 1, 'user', USER_CLIENT_ID);
+  const [applicationToken] = await seedAccessTokens(run.redis.store, minter, 1, 'application', ORGANIZER_CLIENT_ID);
+  const me = { method: 'GET', path: ROUTES.me, headers: bearer(userToken!) };
+
+  // The limit and the two things a user would run instead.
+  await attempt('direct', () => measure(run, { id: 'direct', title: 'direct to upstream', target: upstream, request: me, gateway: null, baseline: null }));
+  await attempt('bare-proxy', () => measure(run, { id: 'bare-proxy', title: 'bare @fastify/http-proxy, no auth', target: bare, request: me, gateway: bare, baseline: 'direct' }));
+  if (peer !== null) {
+    await attempt('nginx-peer', () => measure(run, { id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }));
+  }
+
+  const gateway = await startTokengate(group, dir, 'tokengate', tokengateOptions);
+  const idleBytes = residentBytes(gateway.process.pid);
+
+  // tokengate: the other ways to present a token first, so the cache-hit soak runs on a warm process.
+  await attempt('query-token', () =>
+    measure(run, { id: 'query-token', title: 'tokengate, access_token in query', target: gateway, request: { method: 'GET', path: `${ROUTES.me}?access_token=${userToken}` }, gateway, baseline: 'cache-hit' }),
+  );
+  await attempt('form-token', () =>
+    measure(run, {
+      id: 'form-token',
+      title: 'tokengate, POST form access_token',
+      target: gateway,
+      request: { method: 'POST', path: ROUTES.tickets, headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `access_token=${userToken}&event=42&quantity=2` },
+      gateway,
+      baseline: 'cache-hit',
+    }),
+  );
+  await attempt('app-token', () =>
+    measure(run, { id: 'app-token', title: 'tokengate, application token on /events', target: gateway, request: { method: 'GET', path: ROUTES.events, headers: bearer(applicationToken!) }, gateway, baseline: 'cache-hit' }),
+  );
+  await attempt('forged', async () => {
+    const nextForged = rotation(forgedTokens(minter, 10_000));
+    const commandsBefore = await commandsExecuted(run.redis.store.client);
+    await measure(run, {
+      id: 'forged',
+      title: 'tokengate, forged-token flood (401)',
+      target: gateway,
+      request: { method: 'GET', path: ROUTES.me, setupRequest: (request) => ({ ...request, headers: bearer(nextForged()) }) },
+      expectedStatus: 401,
+      gateway,
+      baseline: 'cache-hit',
+    });
+    results.forgedStoreCommands = (await commandsExecuted(run.redis.store.client)) - commandsBefore;
+  });
+
+  const soak: number[] = [];
+  await attempt('cache-hit', () =>
+    measure(run, {
+      id: 'cache-hit',
+      title: `tokengate, cached token in header (${settings.soakSeconds} s soak)`,
+      target: gateway,
+      request: me,
+      gateway,
+      baseline: 'bare-proxy',
+      durationSeconds: settings.soakSeconds,
+      everySecond: () => soak.push(residentBytes(gateway.process.pid)),
+    }),
+  );
+
+  await attempt('cache-miss', async () => {
+    const seeded = performance.now();
+    const nextMiss = rotation(await seedAccessTokens(run.redis.store, minter, settings.missTokens, 'user', USER_CLIENT_ID));
+    progress(`seeded ${settings.missTokens} tokens in ${((performance.now() - seeded) / 1000).toFixed(1)} s`);
+    const beforeFillBytes = residentBytes(gateway.process.pid);
+    // Exactly one request per token, no warm-up: every request is the first sight of its token.
+    await measure(run, {
+      id: 'cache-miss',
+      title: `tokengate, cache miss (${settings.missTokens} distinct tokens)`,
+      target: gateway,
+      request: { method: 'GET', path: ROUTES.me, setupRequest: (request) => ({ ...request, headers: bearer(nextMiss()) }) },
+      gateway,
+      baseline: 'cache-hit',
+      amount: settings.missTokens - 1,
+      warmup: false,
+    });
+    if (soak.length >= 2) {
+      results.memory = {
+        idleBytes,
+        beforeFillBytes,
+        filledBytes: residentBytes(gateway.process.pid),
+        cachedEntries: settings.missTokens,
+        soak: { seconds: settings.soakSeconds, startBytes: soak[0]!, endBytes: soak.at(-1)!, maxBytes: Math.max(...soak) },
+      } satisfies MemoryResult;
+    }
+  });
+
+  await attempt('issuance', async () => {
+    const credentials = await createConfidentialApplication(run.redis.store, ORGANIZER_CLIENT_ID);
+    await measure(run, {
+      id: 'issuance',
+      title: 'tokengate, client_credentials issuance (tokens/s)',
+      target: gateway,
+      request: {
+        method: 'POST',
+        path: '/oauth/token',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from(`${credentials.clientId}:${credentials.secret}`).toString('base64')}` },
+        body: 'grant_type=client_credentials',
+      },
+      gateway,
+      baseline: null,
+    });
+  });
+
+  await attempt('fixed-rate', async () => {
+    const atRate = async (target: Service) => {
+      await expectAnswer(target, me, 200);
+      const options = { url: target.url, connections: settings.fixedRateConnections, overallRate: settings.fixedRate, request: me, expectedStatus: 200 };
+      if (settings.warmupSeconds > 0) await runLoad({ ...options, durationSeconds: settings.warmupSeconds });
+      return runLoad({ ...options, durationSeconds: settings.durationSeconds });
+    };
+    const direct = await atRate(upstream);
+    const tokengate = await atRate(gateway);
+    results.fixedRate = { rate: settings.fixedRate, direct, tokengate };
+    progress(`at ${settings.fixedRate} req/s: direct p99 ${direct.p99Ms.toFixed(2)} ms, tokengate p99 ${tokengate.p99Ms.toFixed(2)} ms`);
+  });
+
+  await attempt('revocation', async () => {
+    const second = await startTokengate(group, dir, 'tokengate-2', { ...tokengateOptions, nodeFlags: [] });
+    results.revocation = await measureRevocations(run, minter, gateway, second);
+    progress(`revocation: p50 ${results.revocation.p50Ms.toFixed(1)} ms, p99 ${results.revocation.p99Ms.toFixed(1)} ms`);
+  });
+}
+
+/**
+ * Revoke a token that the second sidecar has cached, then ask the second sidecar until it
+ * answers 401; the delay runs from the moment the revocation is sent.
+ */
+async function measureRevocations(run: Run, minter: TokenMinter, first: TokengateService, second: TokengateService): Promise<RevocationResult> {
+  const delays: number[] = [];
+  const ask = async (token: string) => {
+    const response = await fetch(`${second.url}${ROUTES.me}`, { headers: bearer(token) });
+    await response.arrayBuffer();
+    return response.status;
+  };
+  for (let i = 0; i < run.settings.revocations; i++) {
+    const [token] = await seedAccessTokens(run.redis.store, minter, 1, 'user', USER_CLIENT_ID);
+    if ((await ask(token!)) !== 200) throw new Error('the second sidecar refused a fresh token');
+    const sent = performance.now();
+    const revoked = revokeThrough(run, first, token!);
+    while ((await ask(token!)) !== 401) {
+      if (performance.now() - sent > 5_000) throw new Error('the second sidecar still accepts a token revoked 5 s ago');
+    }
+    delays.push(performance.now() - sent);
+    await revoked;
+  }
+  const sorted = Float64Array.from(delays).sort();
+  return { samples: delays.length, p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1)! };
+}
+
+async function revokeThrough(run: Run, _first: TokengateService, token: string): Promise<void> {
+  await run.redis.store.revokeAccessToken(tokenDigest(token));
+}
+
+async function createConfidentialApplication(store: RedisStore, clientId: string): Promise<{ clientId: string; secret: string }> {
+  throw new Error(`no way to create ${clientId} yet (${store.driver})`);
+}
+
+interface Machine {
+  cpus: number;
+  cpuModel: string;
+  node: string;
+  nginx: string | null;
+  redis: string;
+  commit: string;
+  pinning: string;
+  loadAverageAtStart: string[];
+}
+
+function describeMachine(pinning: string): Machine {
+  const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
+  const run = (file: string, args: string[]) => {
+    try {
+      return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+    } catch {
+      return 'unknown';
+    }
+  };
+  return {
+    cpus: cpus().length,
+    cpuModel: /^model name\s*:\s*(.+)$/m.exec(cpuinfo)?.[1] ?? 'unknown CPU',
+    node: process.version,
+    nginx: nginxVersion(),
+    redis: /v=(\S+)/.exec(run('redis-server', ['--version']))?.[1] ?? 'unknown',
+    commit: run('git', ['rev-parse', '--short', 'HEAD']),
+    pinning,
+    loadAverageAtStart: loadavg().map((value) => value.toFixed(2)),
+  };
+}
+
+function report(results: BenchResults, failures: string[], machine: Machine, settings: BenchSettings, seconds: number): number {
+  const checks = evaluateTargets(results);
+  const date = new Date().toISOString();
+  const loadAtEnd = loadavg().map((value) => value.toFixed(2));
+  const heading =
+    `${date}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
+    `${machine.pinning}; ${settings.connections} connections; load average ${machine.loadAverageAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end; run took ${seconds.toFixed(0)} s`;
+  const text = `${heading}\n\n${scenarioTable(results, checks)}\n\n${otherTable(results, checks)}\n`;
+  process.stdout.write(`\n${text}`);
+  if (failures.length > 0) process.stdout.write(`\nFailed:\n${failures.map((failure) => `  - ${failure}`).join('\n')}\n`);
+
+  const resultsDir = join(ROOT, 'bench', 'results');
+  mkdirSync(resultsDir, { recursive: true });
+  const { only, ...recordedSettings } = settings;
+  writeFileSync(
+    join(resultsDir, 'latest.json'),
+    `${JSON.stringify({ date, machine: { ...machine, loadAverageAtEnd: loadAtEnd }, settings: { ...recordedSettings, only: only === null ? null : [...only] }, seconds, results, targets: checks, failures }, null, 2)}\n`,
+  );
+  writeFileSync(join(resultsDir, 'latest.md'), text);
+  process.stdout.write(`\nwrote bench/results/latest.json and latest.md\n`);
+  return failures.length === 0 ? 0 : 1;
+}
+
+function progress(message: string): void {
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`${(error as Error).stack ?? String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,169 @@
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../src/config/load.js';
+import { createTokenMinter, generateTagKey, decodeTagKey } from '../src/token/token-value.js';
+import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
+import { LatencyRecorder, percentile, type LoadResult } from '../bench/lib/load.js';
+import { parseCommandStats } from '../bench/lib/redis.js';
+import { bytesPerCachedEntry, evaluateTargets, markdownTable, ratio, scenarioTable, soakGrowth, type BenchResults, type ScenarioResult } from '../bench/lib/report.js';
+import { readSettings } from '../bench/lib/settings.js';
+import { ROUTES, tokengateConfigYaml } from '../bench/lib/tokengate-config.js';
+import { nginxConf } from '../bench/peer/nginx-conf.js';
+
+// The benchmark harness's logic (judging, formatting, generated configs), not its speed.
+
+const MB = 1024 * 1024;
+
+function load(requestsPerSecond: number, overrides: Partial<LoadResult> = {}): LoadResult {
+  return { requests: requestsPerSecond * 5, seconds: 5, requestsPerSecond, p50Ms: 1, p99Ms: 2, statuses: { '200': requestsPerSecond * 5 }, errors: 0, unexpected: 0, ...overrides };
+}
+
+function scenario(id: string, requestsPerSecond: number, gatewayCpuMsPer1k: number | null, baseline: string | null): ScenarioResult {
+  return { id, title: id, load: load(requestsPerSecond), gatewayCpuMsPer1k, storeCpuMsPer1k: 0, baseline, loadGeneratorCpuPercent: 20 };
+}
+
+function fullResults(): BenchResults {
+  return {
+    scenarios: {
+      direct: scenario('direct', 40_000, null, null),
+      'bare-proxy': scenario('bare-proxy', 8_000, 90, 'direct'),
+      'nginx-peer': scenario('nginx-peer', 10_000, 50, 'direct'),
+      'cache-hit': scenario('cache-hit', 9_000, 60, 'bare-proxy'),
+      'cache-miss': scenario('cache-miss', 6_000, 100, 'cache-hit'),
+      issuance: scenario('issuance', 4_000, 200, null),
+    },
+    forgedStoreCommands: 0,
+    fixedRate: { rate: 2000, direct: load(2000, { p99Ms: 0.4 }), tokengate: load(2000, { p99Ms: 1.6 }) },
+    revocation: { samples: 50, p50Ms: 2, p99Ms: 8, maxMs: 9 },
+    memory: { idleBytes: 60 * MB, beforeFillBytes: 70 * MB, filledBytes: 100 * MB, cachedEntries: 100_000, soak: { seconds: 60, startBytes: 80 * MB, endBytes: 82 * MB, maxBytes: 84 * MB } },
+  };
+}
+
+describe('target evaluation', () => {
+  it('judges every DESIGN.md target from the figures of one run', () => {
+    const checks = evaluateTargets(fullResults());
+    const byTarget = Object.fromEntries(checks.map((check) => [check.target, check]));
+    expect(byTarget['cache hit >= 1.0x bare @fastify/http-proxy']).toMatchObject({ met: true, measured: '1.13x' });
+    expect(byTarget['cache hit >= 1.0x nginx auth_request']).toMatchObject({ met: false, measured: '0.90x' });
+    expect(byTarget['gateway CPU per request below nginx + check service']).toMatchObject({ met: false, measured: '60 vs 50 ms/1k' });
+    expect(byTarget['cache miss (100k tokens) >= 0.7x cache hit']).toMatchObject({ met: false, measured: '0.67x' });
+    expect(byTarget['forged tokens: 0 store calls']!.met).toBe(true);
+    expect(byTarget['added p99 over direct at 2000 req/s <= 1 ms']).toMatchObject({ met: false, measured: '1.20 ms' });
+    expect(byTarget['revocation seen by a second sidecar <= 50 ms p99']!.met).toBe(true);
+    expect(byTarget['client_credentials issuance >= 5,000 tokens/s']).toMatchObject({ met: false, measured: '4000 tokens/s' });
+    expect(byTarget['RSS <= 150 MB with 100k cached tokens']).toMatchObject({ met: true, measured: '100 MB' });
+    expect(byTarget['RSS flat (within 5%) over 60 s at full load']).toMatchObject({ met: true, measured: '2.5%' });
+  });
+
+  it('says "not measured" rather than met or not met when a scenario is missing', () => {
+    const results = fullResults();
+    delete results.scenarios['nginx-peer'];
+    results.forgedStoreCommands = null;
+    results.memory = null;
+    const checks = evaluateTargets(results);
+    const unmeasured = checks.filter((check) => check.met === null).map((check) => check.target);
+    expect(unmeasured).toEqual([
+      'cache hit >= 1.0x nginx auth_request',
+      'gateway CPU per request below nginx + check service',
+      'forged tokens: 0 store calls',
+      'RSS <= 150 MB with 100k cached tokens',
+      'RSS flat (within 5%) over 60 s at full load',
+    ]);
+  });
+
+  it('counts a single store call in a forged flood as not met', () => {
+    const results = fullResults();
+    results.forgedStoreCommands = 1;
+    expect(evaluateTargets(results).find((check) => check.scenario === 'forged')!.met).toBe(false);
+  });
+
+  it('takes ratios against the named baseline and derives memory figures', () => {
+    const results = fullResults();
+    expect(ratio(results, 'cache-miss', 'cache-hit')).toBeCloseTo(6_000 / 9_000);
+    expect(ratio(results, 'cache-hit', 'absent')).toBeNull();
+    expect(bytesPerCachedEntry(results.memory!)).toBeCloseTo((30 * MB) / 100_000);
+    expect(soakGrowth(results.memory!)).toBeCloseTo(0.025);
+  });
+});
+
+describe('tables', () => {
+  it('pads every column so the Markdown reads in a terminal', () => {
+    const table = markdownTable(['a', 'long header'], [['wide cell', 'x']]);
+    expect(table.split('\n')).toEqual(['| a         | long header |', '|-----------|-------------|', '| wide cell | x           |']);
+  });
+
+  it('prints each scenario with its ratio and the verdicts of its targets', () => {
+    const results = fullResults();
+    const table = scenarioTable(results, evaluateTargets(results));
+    const hitRow = table.split('\n').find((line) => line.startsWith('| cache-hit '))!;
+    expect(hitRow).toContain('1.13x bare-proxy');
+    expect(hitRow).toContain('met (cache hit >= 1.0x bare @fastify/http-proxy: 1.13x)');
+    expect(hitRow).toContain('NOT MET (cache hit >= 1.0x nginx auth_request: 0.90x)');
+  });
+});
+
+describe('measurement helpers', () => {
+  it('takes nearest-rank percentiles', () => {
+    const values = Float64Array.from({ length: 100 }, (_, index) => index + 1);
+    expect(percentile(values, 50)).toBe(50);
+    expect(percentile(values, 99)).toBe(99);
+    expect(percentile(values, 100)).toBe(100);
+    expect(percentile(new Float64Array(0), 50)).toBeNaN();
+  });
+
+  it('keeps every latency it records, past its initial capacity, with fractions', () => {
+    const recorder = new LatencyRecorder();
+    for (let i = 100_000; i > 0; i--) recorder.record(i / 1000);
+    const sorted = recorder.sorted();
+    expect(sorted.length).toBe(100_000);
+    expect([sorted[0], sorted[99_999]]).toEqual([0.001, 100]);
+  });
+
+  it('sums Redis command calls except INFO itself', () => {
+    const info = '# Commandstats\r\ncmdstat_get:calls=12,usec=30,usec_per_call=2.50\r\ncmdstat_info:calls=7,usec=1\r\ncmdstat_evalsha:calls=3,usec=9\r\n';
+    expect(parseCommandStats(info)).toBe(15);
+    expect(parseCommandStats('# Commandstats\r\n')).toBe(0);
+  });
+
+  it('makes forged tokens of the real shape that the tag check refuses, and rotates through values', () => {
+    const minter = createTokenMinter(decodeTagKey(generateTagKey()));
+    const forged = forgedTokens(minter, 200);
+    expect(forged.every((token) => /^[A-Za-z0-9_-]{43}$/.test(token) && !minter.hasValidTag(token))).toBe(true);
+    const next = rotation(['a', 'b', 'c']);
+    expect([next(), next(), next(), next()]).toEqual(['a', 'b', 'c', 'a']);
+  });
+
+  it('reads settings from the environment and refuses nonsense', () => {
+    expect(readSettings({})).toMatchObject({ durationSeconds: 5, soakSeconds: 60, missTokens: 100_000, fixedRate: 2000, only: null, cpuProfileDir: null });
+    expect(readSettings({ BENCH_DURATION: '2', BENCH_ONLY: 'direct, cache-hit' })).toMatchObject({ durationSeconds: 2, only: new Set(['direct', 'cache-hit']) });
+    expect(() => readSettings({ BENCH_DURATION: 'fast' })).toThrow('BENCH_DURATION must be a number');
+  });
+});
+
+describe('generated configs', () => {
+  it('gives tokengate a config its own loader accepts, with the run’s Redis, tag key and routes', () => {
+    const tokenTagKey = generateTagKey();
+    const yaml = tokengateConfigYaml({ port: 18080, opsPort: 19090, redisUrl: 'redis://127.0.0.1:16379', keyPrefix: 'bench:', tokenTagKey, upstreamUrl: 'http://127.0.0.1:13001' });
+    const config = parseConfig(yaml, 'bench.yaml', {});
+    expect(config.store).toMatchObject({ driver: 'redis', url: 'redis://127.0.0.1:16379', keyPrefix: 'bench:' });
+    expect(config.issuer.tokenTagKey).toBe(tokenTagKey);
+    expect(config.routes.map((route) => [route.path, route.token])).toEqual([
+      [ROUTES.me, 'user'],
+      [ROUTES.tickets, 'user'],
+      [ROUTES.events, 'application'],
+    ]);
+    expect(config.cache.maxEntries).toBe(100_000);
+  });
+
+  it('writes an nginx.conf with one worker, auth_request before proxy_pass, keep-alive upstreams and paths in the run directory', () => {
+    const conf = nginxConf({ dir: '/tmp/run', listenPort: 8000, upstreamPort: 3001, tokenCheckPort: 4001 });
+    expect(conf).toContain('worker_processes 1;');
+    expect(conf).toContain('listen 127.0.0.1:8000;');
+    expect(conf).toMatch(/upstream resource \{\s+server 127\.0\.0\.1:3001;\s+keepalive 64;/);
+    expect(conf).toMatch(/upstream token_check \{\s+server 127\.0\.0\.1:4001;\s+keepalive 64;/);
+    expect(conf.indexOf('auth_request /_token_check;')).toBeLessThan(conf.indexOf('proxy_pass http://resource;'));
+    expect(conf).toContain('proxy_set_header Authorization "";');
+    expect(conf).toContain('auth_request_set $auth_user_id $upstream_http_x_auth_user_id;');
+    expect(conf).toContain('proxy_set_header X-Auth-User-Id $auth_user_id;');
+    for (const path of conf.matchAll(/(?:pid|error_log|_temp_path) (\S+)/g)) expect(path[1]).toMatch(/^\/tmp\/run\//);
+  });
+});
