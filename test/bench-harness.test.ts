@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../src/config/load.js';
 import { createTokenMinter, generateTagKey, decodeTagKey } from '../src/token/token-value.js';
+import { summarize, sourceKey, type CpuProfile } from '../bench/lib/cpu-profile.js';
 import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
 import { LatencyRecorder, percentile, type LoadResult } from '../bench/lib/load.js';
 import { parseCommandStats } from '../bench/lib/redis.js';
@@ -165,5 +166,36 @@ describe('generated configs', () => {
     expect(conf).toContain('auth_request_set $auth_user_id $upstream_http_x_auth_user_id;');
     expect(conf).toContain('proxy_set_header X-Auth-User-Id $auth_user_id;');
     for (const path of conf.matchAll(/(?:pid|error_log|_temp_path) (\S+)/g)) expect(path[1]).toMatch(/^\/tmp\/run\//);
+  });
+});
+
+describe('cpu profile summary', () => {
+  const frame = (functionName: string, url = '', lineNumber = 0) => ({ functionName, url, lineNumber });
+  // root -> handler (dist/gateway) -> digest (node:crypto); root -> (garbage collector)
+  const profile: CpuProfile = {
+    nodes: [
+      { id: 1, callFrame: frame('(root)'), children: [2, 4] },
+      { id: 2, callFrame: frame('handle', 'file:///app/dist/gateway/index.js', 9), children: [3] },
+      { id: 3, callFrame: frame('digest', 'node:internal/crypto/hash', 99) },
+      { id: 4, callFrame: frame('(garbage collector)') },
+    ],
+    samples: [2, 3, 3, 4],
+    timeDeltas: [1000, 2000, 3000, 4000],
+  };
+
+  it('adds self time per function and per source, and inclusive time once per sample', () => {
+    const summary = summarize(profile);
+    expect(summary.totalMs).toBe(10);
+    expect(summary.selfByFunction.get('handle (dist/gateway/index.js:10)')).toBe(1);
+    expect(summary.selfBySource.get('dist/gateway')).toBe(1);
+    expect(summary.selfBySource.get('node:internal')).toBe(5);
+    expect(summary.selfBySource.get('(garbage collector)')).toBe(4);
+    expect(summary.inclusiveByFunction.get('handle (dist/gateway/index.js:10)')).toBe(6);
+  });
+
+  it('names npm packages, scoped ones included, by package', () => {
+    expect(sourceKey(frame('f', 'file:///w/node_modules/@fastify/reply-from/index.js'))).toBe('@fastify/reply-from');
+    expect(sourceKey(frame('f', 'file:///w/node_modules/fastify/lib/route.js'))).toBe('fastify');
+    expect(sourceKey(frame('f', 'file:///w/dist/app.js'))).toBe('dist');
   });
 });
