@@ -6,7 +6,7 @@ import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
-import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest, type TokenMinter } from '../src/token/token-value.js';
+import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../src/token/token-value.js';
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
 import { percentile, runLoad, type LoadResult } from './lib/load.js';
 import { cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
@@ -247,17 +247,12 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   });
 
   await attempt('issuance', async () => {
-    const credentials = await createConfidentialApplication(run.redis.store, ORGANIZER_CLIENT_ID);
+    const organizer = await createApplication(gateway, 'bench organizer');
     await measure(run, {
       id: 'issuance',
       title: 'tokengate, client_credentials issuance (tokens/s)',
       target: gateway,
-      request: {
-        method: 'POST',
-        path: '/oauth/token',
-        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from(`${credentials.clientId}:${credentials.secret}`).toString('base64')}` },
-        body: 'grant_type=client_credentials',
-      },
+      request: { method: 'POST', path: '/oauth/token', headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(organizer) }, body: 'grant_type=client_credentials' },
       gateway,
       baseline: null,
     });
@@ -284,10 +279,12 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
 }
 
 /**
- * Revoke a token that the second sidecar has cached, then ask the second sidecar until it
- * answers 401; the delay runs from the moment the revocation is sent.
+ * Revoke, through the first sidecar's /oauth/revoke, a token the second sidecar has cached,
+ * then ask the second sidecar until it answers 401. The delay runs from the moment the
+ * revocation request is sent, so it includes the first sidecar's work, Redis and pub/sub.
  */
 async function measureRevocations(run: Run, minter: TokenMinter, first: TokengateService, second: TokengateService): Promise<RevocationResult> {
+  const client = await createApplication(first, 'bench web');
   const delays: number[] = [];
   const ask = async (token: string) => {
     const response = await fetch(`${second.url}${ROUTES.me}`, { headers: bearer(token) });
@@ -295,27 +292,45 @@ async function measureRevocations(run: Run, minter: TokenMinter, first: Tokengat
     return response.status;
   };
   for (let i = 0; i < run.settings.revocations; i++) {
-    const [token] = await seedAccessTokens(run.redis.store, minter, 1, 'user', USER_CLIENT_ID);
-    if ((await ask(token!)) !== 200) throw new Error('the second sidecar refused a fresh token');
+    const [token] = await seedAccessTokens(run.redis.store, minter, 1, 'user', client.clientId);
+    if ((await ask(token!)) !== 200 || (await ask(token!)) !== 200) throw new Error('the second sidecar refused a fresh token');
     const sent = performance.now();
-    const revoked = revokeThrough(run, first, token!);
+    const revoked = fetch(`${first.url}/oauth/revoke`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(client) },
+      body: `token=${token}&token_type_hint=access_token`,
+    });
     while ((await ask(token!)) !== 401) {
       if (performance.now() - sent > 5_000) throw new Error('the second sidecar still accepts a token revoked 5 s ago');
     }
     delays.push(performance.now() - sent);
-    await revoked;
+    const answer = await revoked;
+    if (answer.status !== 200) throw new Error(`/oauth/revoke answered ${answer.status}: ${await answer.text()}`);
   }
   const sorted = Float64Array.from(delays).sort();
   return { samples: delays.length, p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1)! };
 }
 
-async function revokeThrough(run: Run, _first: TokengateService, token: string): Promise<void> {
-  await run.redis.store.revokeAccessToken(tokenDigest(token));
+interface ClientCredentials {
+  clientId: string;
+  secret: string;
 }
 
-async function createConfidentialApplication(store: RedisStore, clientId: string): Promise<{ clientId: string; secret: string }> {
-  throw new Error(`no way to create ${clientId} yet (${store.driver})`);
+/** A confidential application, created the way an operator does it: the admin API on the ops listener. */
+async function createApplication(gateway: TokengateService, name: string): Promise<ClientCredentials> {
+  const response = await fetch(`${gateway.opsUrl}/admin/applications`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name, redirect_uris: ['http://127.0.0.1/callback'], confidential: true }),
+  });
+  const body = (await response.json()) as { client_id?: string; client_secret?: string };
+  if (response.status !== 201 || body.client_id === undefined || body.client_secret === undefined) {
+    throw new Error(`the admin API answered ${response.status} to creating an application: ${JSON.stringify(body)}`);
+  }
+  return { clientId: body.client_id, secret: body.client_secret };
 }
+
+const basic = (client: ClientCredentials) => `Basic ${Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.secret)}`).toString('base64')}`;
 
 interface Machine {
   cpus: number;

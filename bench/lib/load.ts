@@ -43,7 +43,9 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     ...(options.amount !== undefined ? { amount: options.amount } : { duration: options.durationSeconds ?? 5 }),
     ...(options.overallRate !== undefined ? { overallRate: options.overallRate } : {}),
     timeout: 10,
-    ...(options.request.setupRequest !== undefined ? { requests: [options.request] } : options.request),
+    // A request given as `requests` keeps its path (top-level options have none); without
+    // setupRequest autocannon builds it once.
+    requests: [options.request],
   });
   instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTimeMs: number) => latencies.record(responseTimeMs));
   const result = await instance;

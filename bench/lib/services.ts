@@ -16,20 +16,20 @@ export interface Service {
   process: Started;
 }
 
-/** Runs one of bench/'s TypeScript servers through tsx. */
+/** Runs one of bench/'s servers (plain JavaScript, plain node, like tokengate's dist/). */
 async function startBenchServer(group: ProcessGroup, name: string, script: string, args: string[]): Promise<Service> {
   const port = await freePort();
-  const started = group.spawn(name, process.execPath, ['--import', 'tsx', script, '--port', String(port), ...args]);
+  const started = group.spawn(name, process.execPath, [script, '--port', String(port), ...args]);
   await waitForPort(started, port);
   return { url: `http://127.0.0.1:${port}`, port, pids: () => [started.pid], process: started };
 }
 
 export function startUpstream(group: ProcessGroup): Promise<Service> {
-  return startBenchServer(group, 'upstream', 'bench/servers/upstream.ts', []);
+  return startBenchServer(group, 'upstream', 'bench/servers/upstream.mjs', []);
 }
 
 export function startBareProxy(group: ProcessGroup, upstreamUrl: string): Promise<Service> {
-  return startBenchServer(group, 'bare-proxy', 'bench/servers/bare-proxy.ts', ['--upstream', upstreamUrl]);
+  return startBenchServer(group, 'bare-proxy', 'bench/servers/bare-proxy.mjs', ['--upstream', upstreamUrl]);
 }
 
 export function nginxVersion(): string | null {
@@ -39,7 +39,7 @@ export function nginxVersion(): string | null {
 
 /** nginx (one worker) + the token-check service, both reading the run's Redis. */
 export async function startNginxPeer(group: ProcessGroup, dir: string, upstreamPort: number, redisUrl: string, keyPrefix: string): Promise<Service> {
-  const check = await startBenchServer(group, 'token-check', 'bench/peer/token-check.ts', ['--redis', redisUrl, '--prefix', keyPrefix]);
+  const check = await startBenchServer(group, 'token-check', 'bench/peer/token-check.mjs', ['--redis', redisUrl, '--prefix', keyPrefix]);
   const nginxDir = join(dir, 'nginx');
   mkdirSync(nginxDir, { recursive: true });
   const port = await freePort();

@@ -1,19 +1,21 @@
-import { createServer, type ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
-import { RedisStore } from '../../src/store/redis.js';
-import { tokenDigest } from '../../src/token/token-value.js';
+// The project's own Redis store and digest, as built by `npm run build` (npm run bench builds first).
+import { RedisStore } from '../../dist/store/redis.js';
+import { tokenDigest } from '../../dist/token/token-value.js';
 
 /**
  * The peer's token check, as people write it next to nginx `auth_request`: take the bearer
  * token, look its digest up in the same Redis tokengate uses (no in-process cache), answer
  * 204 with identity headers for a live user token with the `public` scope, 401 otherwise.
- * nginx copies the identity headers onto the proxied request.
+ * nginx copies the identity headers onto the proxied request. Plain JavaScript on plain node,
+ * like every server of the benchmark: no loader between the measured process and its code.
  */
 const { values } = parseArgs({ options: { port: { type: 'string' }, redis: { type: 'string' }, prefix: { type: 'string' } } });
 const store = new RedisStore({ url: String(values.redis), keyPrefix: String(values.prefix), commandTimeoutMs: 500, connectTimeoutMs: 2_000 });
 const BEARER = /^Bearer ([A-Za-z0-9_-]{43})$/i;
 
-function answer(response: ServerResponse, status: number, headers: Record<string, string> = {}): void {
+function answer(response, status, headers = {}) {
   response.writeHead(status, headers);
   response.end();
 }

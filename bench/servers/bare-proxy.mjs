@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 /**
  * The stack's ceiling: fastify + @fastify/http-proxy forwarding everything to the upstream,
  * with no authentication, no logging, no hooks. tokengate is this plus its token checks.
+ * Plain JavaScript on plain node, as tokengate runs from dist/.
  */
 const { values } = parseArgs({ options: { port: { type: 'string' }, upstream: { type: 'string' } } });
 
