@@ -241,7 +241,7 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
         beforeFillBytes,
         filledBytes: residentBytes(gateway.process.pid),
         cachedEntries: settings.missTokens,
-        soak: { seconds: settings.soakSeconds, startBytes: soak[0]!, endBytes: soak.at(-1)!, maxBytes: Math.max(...soak) },
+        soak: { seconds: settings.soakSeconds, samples: soak },
       } satisfies MemoryResult;
     }
   });
