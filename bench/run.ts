@@ -145,7 +145,8 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   };
 
   const upstream = await startUpstream(group);
-  const bare = await startBareProxy(group, upstream.url);
+  const profileDir = settings.cpuProfileDir === null ? null : resolve(settings.cpuProfileDir);
+  const bare = await startBareProxy(group, upstream.url, profileDir);
   const nginx = nginxVersion();
   const peer = nginx === null ? null : await startNginxPeer(group, dir, upstream.port, run.redis.url, KEY_PREFIX);
   if (peer === null) progress('nginx is not installed (apt-get install -y nginx): skipping the nginx auth_request peer');
@@ -157,7 +158,6 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
     keyPrefix: KEY_PREFIX,
     tokenTagKey: tagKey,
     upstreamUrl: upstream.url,
-    ...(settings.cpuProfileDir !== null ? { nodeFlags: ['--cpu-prof', `--cpu-prof-dir=${resolve(settings.cpuProfileDir)}`] } : {}),
   };
   const [userToken] = await seedAccessTokens(run.redis.store, minter, 1, 'user', USER_CLIENT_ID);
   const [applicationToken] = await seedAccessTokens(run.redis.store, minter, 1, 'application', ORGANIZER_CLIENT_ID);
@@ -170,7 +170,7 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
     await attempt('nginx-peer', () => measure(run, { id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }));
   }
 
-  const gateway = await startTokengate(group, dir, 'tokengate', tokengateOptions);
+  const gateway = await startTokengate(group, dir, 'tokengate', tokengateOptions, profileDir);
   const idleBytes = residentBytes(gateway.process.pid);
 
   // tokengate: the other ways to present a token first, so the cache-hit soak runs on a warm process.
@@ -272,7 +272,7 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   });
 
   await attempt('revocation', async () => {
-    const second = await startTokengate(group, dir, 'tokengate-2', { ...tokengateOptions, nodeFlags: [] });
+    const second = await startTokengate(group, dir, 'tokengate-2', tokengateOptions);
     results.revocation = await measureRevocations(run, minter, gateway, second);
     progress(`revocation: p50 ${results.revocation.p50Ms.toFixed(1)} ms, p99 ${results.revocation.p99Ms.toFixed(1)} ms`);
   });

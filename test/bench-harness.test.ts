@@ -201,6 +201,12 @@ describe('cpu profile summary', () => {
     expect(summary.inclusiveByFunction.get('handle (dist/gateway/index.js:10)')).toBe(6);
   });
 
+  it('leaves out the first milliseconds when asked (start-up)', () => {
+    const summary = summarize(profile, 3.5);
+    expect(summary.totalMs).toBe(7);
+    expect(summary.selfByFunction.has('handle (dist/gateway/index.js:10)')).toBe(false);
+  });
+
   it('names npm packages, scoped ones included, by package', () => {
     expect(sourceKey(frame('f', 'file:///w/node_modules/@fastify/reply-from/index.js'))).toBe('@fastify/reply-from');
     expect(sourceKey(frame('f', 'file:///w/node_modules/fastify/lib/route.js'))).toBe('fastify');

@@ -55,17 +55,20 @@ function shortPath(url: string): string {
   return inTree !== null ? inTree[1]! : path;
 }
 
-export function summarize(profile: CpuProfile): ProfileSummary {
+/** Summarizes the samples taken after the first `skipMs` of the profile (start-up, module loading). */
+export function summarize(profile: CpuProfile, skipMs = 0): ProfileSummary {
   const byId = new Map(profile.nodes.map((node) => [node.id, node]));
   const parent = new Map<number, number>();
   for (const node of profile.nodes) for (const child of node.children ?? []) parent.set(child, node.id);
 
   const add = (map: Map<string, number>, key: string, ms: number) => map.set(key, (map.get(key) ?? 0) + ms);
   const summary: ProfileSummary = { totalMs: 0, selfByFunction: new Map(), selfBySource: new Map(), inclusiveByFunction: new Map() };
+  let elapsedMs = 0;
   profile.samples.forEach((nodeId, index) => {
     const ms = (profile.timeDeltas[index] ?? 0) / 1000;
+    elapsedMs += ms;
     const node = byId.get(nodeId);
-    if (node === undefined) return;
+    if (node === undefined || elapsedMs <= skipMs) return;
     summary.totalMs += ms;
     add(summary.selfByFunction, functionKey(node.callFrame), ms);
     add(summary.selfBySource, sourceKey(node.callFrame), ms);

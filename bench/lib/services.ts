@@ -16,10 +16,15 @@ export interface Service {
   process: Started;
 }
 
+/** `node --cpu-prof` flags writing `<dir>/<name>.cpuprofile` when the process exits; none without a directory. */
+function profileFlags(profileDir: string | null, name: string): string[] {
+  return profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${name}.cpuprofile`];
+}
+
 /** Runs one of bench/'s servers (plain JavaScript, plain node, like tokengate's dist/). */
-async function startBenchServer(group: ProcessGroup, name: string, script: string, args: string[]): Promise<Service> {
+async function startBenchServer(group: ProcessGroup, name: string, script: string, args: string[], profileDir: string | null = null): Promise<Service> {
   const port = await freePort();
-  const started = group.spawn(name, process.execPath, [script, '--port', String(port), ...args]);
+  const started = group.spawn(name, process.execPath, [...profileFlags(profileDir, name), script, '--port', String(port), ...args]);
   await waitForPort(started, port);
   return { url: `http://127.0.0.1:${port}`, port, pids: () => [started.pid], process: started };
 }
@@ -28,8 +33,8 @@ export function startUpstream(group: ProcessGroup): Promise<Service> {
   return startBenchServer(group, 'upstream', 'bench/servers/upstream.mjs', []);
 }
 
-export function startBareProxy(group: ProcessGroup, upstreamUrl: string): Promise<Service> {
-  return startBenchServer(group, 'bare-proxy', 'bench/servers/bare-proxy.mjs', ['--upstream', upstreamUrl]);
+export function startBareProxy(group: ProcessGroup, upstreamUrl: string, profileDir: string | null): Promise<Service> {
+  return startBenchServer(group, 'bare-proxy', 'bench/servers/bare-proxy.mjs', ['--upstream', upstreamUrl], profileDir);
 }
 
 export function nginxVersion(): string | null {
@@ -50,22 +55,18 @@ export async function startNginxPeer(group: ProcessGroup, dir: string, upstreamP
   return { url: `http://127.0.0.1:${port}`, port, pids: () => [master.pid, ...childPids(master.pid), check.process.pid], process: master };
 }
 
-export type TokengateOptions = Omit<BenchConfigOptions, 'port' | 'opsPort'> & {
-  /** Extra node flags (`--cpu-prof`, ...). */
-  nodeFlags?: string[];
-};
+export type TokengateOptions = Omit<BenchConfigOptions, 'port' | 'opsPort'>;
 
 export interface TokengateService extends Service {
   opsUrl: string;
 }
 
 /** tokengate built from this tree (dist/), serving a generated config. */
-export async function startTokengate(group: ProcessGroup, dir: string, name: string, options: TokengateOptions): Promise<TokengateService> {
+export async function startTokengate(group: ProcessGroup, dir: string, name: string, options: TokengateOptions, profileDir: string | null = null): Promise<TokengateService> {
   const [port, opsPort] = [await freePort(), await freePort()];
-  const { nodeFlags = [], ...configOptions } = options;
   const configFile = join(dir, `${name}.yaml`);
-  writeFileSync(configFile, tokengateConfigYaml({ ...configOptions, port, opsPort }));
-  const started = group.spawn(name, process.execPath, [...nodeFlags, 'dist/main.js', 'serve', '--config', configFile]);
+  writeFileSync(configFile, tokengateConfigYaml({ ...options, port, opsPort }));
+  const started = group.spawn(name, process.execPath, [...profileFlags(profileDir, name), 'dist/main.js', 'serve', '--config', configFile]);
   await waitForPort(started, port);
   await waitForPort(started, opsPort);
   return { url: `http://127.0.0.1:${port}`, opsUrl: `http://127.0.0.1:${opsPort}`, port, pids: () => [started.pid], process: started };

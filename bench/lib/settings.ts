@@ -19,7 +19,7 @@ export interface BenchSettings {
   /** Requests per second of the added-latency comparison (BENCH_RATE), over BENCH_RATE_CONNECTIONS connections. */
   fixedRate: number;
   fixedRateConnections: number;
-  /** Directory for `node --cpu-prof` output of the gateway (BENCH_CPU_PROF); null: no profile. */
+  /** Directory for `node --cpu-prof` profiles of tokengate and the bare proxy (BENCH_CPU_PROF); null: no profile. */
   cpuProfileDir: string | null;
   /** Scenario ids to run (BENCH_ONLY, comma separated); null: all. */
   only: Set<string> | null;
