@@ -256,10 +256,11 @@ describe('CSRF: every form needs the session\'s own token', () => {
   it('a login without a token, with a wrong one, or with another session\'s is refused with 403 and signs nobody in', async () => {
     const { client, fields } = await loginForm();
     const other = await loginForm();
-    const attempts = [
+    const last = fields.csrf_token.at(-1);
+    const attempts: Array<Record<string, string | string[]>> = [
       { request_id: fields.request_id },
       { request_id: fields.request_id, csrf_token: '' },
-      { request_id: fields.request_id, csrf_token: `${fields.csrf_token.slice(0, -1)}A` },
+      { request_id: fields.request_id, csrf_token: `${fields.csrf_token.slice(0, -1)}${last === 'A' ? 'B' : 'A'}` },
       { request_id: fields.request_id, csrf_token: other.fields.csrf_token },
       { request_id: fields.request_id, csrf_token: [fields.csrf_token, fields.csrf_token] },
     ];
@@ -506,5 +507,13 @@ describe('when the store is unreachable', () => {
       await tokengate.close();
       await store.close();
     }
+  });
+});
+
+describe('configuration of the pages', () => {
+  it('refuses a scope description for a scope the issuer does not know', async () => {
+    const { parseConfig } = await import('../src/config/load.js');
+    expect(() => parseConfig('issuer:\n  scopes: [public]\n  scopeDescriptions:\n    admin: Do anything\n', 'pages.yaml')).toThrow(/issuer\.scopeDescriptions\.admin \(line 4\): "admin" is not in issuer\.scopes/);
+    expect(parseConfig('issuer:\n  serviceName: Box Office Live\n', 'pages.yaml').issuer).toMatchObject({ serviceName: 'Box Office Live', scopeDescriptions: { public: 'See your profile and manage your tickets' } });
   });
 });

@@ -27,7 +27,7 @@ const FORM_BODY_LIMIT = 16_384;
 export async function registerAuthorization(app: FastifyInstance, context: TokengateContext): Promise<void> {
   await app.register(async (scope) => {
     await scope.register(fastifyCookie);
-    await scope.register(fastifyFormbody, { bodyLimit: FORM_BODY_LIMIT });
+    await scope.register(fastifyFormbody);
     const endpoint = createAuthorizationEndpoint(context);
     scope.addHook('onSend', pageHeaders);
     scope.setErrorHandler(endpoint.fail);
@@ -152,7 +152,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
     },
 
     async switchAccount(request: FastifyRequest, reply: FastifyReply) {
-      const { session, pending } = await verifiedForm(request, true);
+      const { session, pending } = await verifiedForm(request, false);
       await sessions.end(reply, session);
       return reply.redirect(authorizationPath(pending.parameters), 303);
     },

@@ -57,7 +57,7 @@ export class Sessions {
     if (value === undefined || !this.context.minter.hasValidTag(value)) return null;
     const key = tokenDigest(value);
     const data = (await this.context.store.getSession(key)) as AuthorizeSessionData | null;
-    if (data === null || this.remainingMs(data) <= 0) return null;
+    if (data === null || !Array.isArray(data.pending) || this.remainingMs(data) <= 0) return null;
     return { key, data };
   }
 
