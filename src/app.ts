@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { TokengateError, isTokengateError } from './errors.js';
+import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
@@ -61,6 +62,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
+  if (config.issuer.enabled) await registerAuthorization(app, context);
 
   let closed = false;
   return {
