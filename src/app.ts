@@ -2,7 +2,9 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
+import { registerAdmin } from './admin/index.js';
 import { TokengateError, isTokengateError } from './errors.js';
+import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
@@ -58,9 +60,11 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
   await registerHealth(ops, context);
+  await registerAdmin(ops, context);
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
+  if (config.issuer.enabled) await registerIssuer(app, context);
 
   let closed = false;
   return {
