@@ -166,8 +166,8 @@ describe('POST /oauth/token: malformed requests', () => {
 
   it('refuses any repeated parameter (RFC 6749 3.2)', async () => {
     for (const name of ['grant_type', 'client_id', 'client_secret', 'scope']) {
-      const parameters: Record<string, string | string[] | undefined> = { ...form(), scope: 'public' };
-      parameters[name] = [parameters[name]!, parameters[name]!];
+      const single: Record<string, string | undefined> = { ...form(), scope: 'public' };
+      const parameters = { ...single, [name]: [single[name]!, single[name]!] };
       const body = await expectError(await postForm(tokenUrl, parameters), 400, 'invalid_request');
       expect(body.error_description).toBe(`The ${name} parameter must appear once, with a string value.`);
     }

@@ -11,6 +11,8 @@ import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
 export interface RunningTokengate {
   tokengate: Tokengate;
   store: TokenStore;
+  /** The Redis key prefix of this instance's data. */
+  prefix: string;
   /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
   baseUrl: string;
   /** Ops listener. */
@@ -47,6 +49,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   return {
     tokengate,
     store,
+    prefix,
     baseUrl: publicUrl.replace(/\/$/, ''),
     opsUrl: opsUrl.replace(/\/$/, ''),
     async stop() {
