@@ -2,7 +2,6 @@
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { buildTokengate } from './app.js';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
 import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
@@ -21,6 +20,8 @@ export const COMMANDS: Record<string, Command> = {
     options: configOption,
     async run(values) {
       const config = loadConfigFile(String(values.config));
+      // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
+      const { buildTokengate } = await import('./app.js');
       const tokengate = await buildTokengate(config);
       const log = tokengate.context.log;
       const { publicUrl, opsUrl } = await tokengate.listen();

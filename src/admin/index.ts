@@ -4,9 +4,8 @@ import { challengingErrorHandler } from '../error-handler.js';
 import { requireAdminToken } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerTokenRoutes } from './tokens.js';
+import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
-
-export const ADMIN_PREFIX = '/admin';
 
 /**
  * The admin API under /admin on the ops listener, as one encapsulated plugin: its token check

@@ -1,5 +1,5 @@
 import { loadConfigFile } from '../config/load.js';
-import { ADMIN_PREFIX } from '../admin/index.js';
+import { ADMIN_PREFIX } from '../admin/paths.js';
 import { CommandError } from './command.js';
 
 /** The admin API of the instance a config file describes, as the CLI reaches it. */
