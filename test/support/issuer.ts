@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
+import type { Logger } from 'pino';
 import { buildTokengate, type Tokengate } from '../../src/app.js';
 import { parseConfig } from '../../src/config/load.js';
 import { clientSecretDigest } from '../../src/issuer/client-auth.js';
@@ -29,6 +30,8 @@ export interface StartOptions {
   port?: number;
   /** A store to use instead of a fresh Redis prefix (e.g. one that cannot reach Redis). */
   store?: TokenStore;
+  /** A logger to use instead of a silent one (tests that read the log). */
+  logger?: Logger;
 }
 
 export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
@@ -44,7 +47,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   for (const [name, section] of Object.entries(options.config ?? {})) sections[name] = { ...defaults[name], ...section };
   const config = parseConfig(JSON.stringify(sections), `test config (${label})`, {});
   const store = options.store ?? createTestRedisStore(prefix);
-  const tokengate = await buildTokengate(config, { store });
+  const tokengate = await buildTokengate(config, { store, ...(options.logger === undefined ? {} : { logger: options.logger }) });
   const { publicUrl, opsUrl } = await tokengate.listen();
   return {
     tokengate,
