@@ -3,7 +3,7 @@ import { clientSecretDigest } from '../src/issuer/client-auth.js';
 import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { rawRedis } from './support/redis.js';
-import { issueAuthorizationCode, postForm, startTokengate, type RunningTokengate, type TestApplication } from './support/issuer.js';
+import { issueAuthorizationCode, postForm, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 
 const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
 

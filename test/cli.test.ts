@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
-import { freePort, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/issuer.js';
+import { freePort, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
 
 /**
  * The operator CLI as operators run it: a separate `tokengate` process (through tsx, so the test

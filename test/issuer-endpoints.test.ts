@@ -12,7 +12,7 @@ import {
   startTokengate,
   type RunningTokengate,
   type TestApplication,
-} from './support/issuer.js';
+} from './support/instance.js';
 
 let running: RunningTokengate;
 let app: TestApplication;

@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loggerOptions } from '../src/observability/logger.js';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
-import { basicAuthorization, issueAuthorizationCode, postForm, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/issuer.js';
+import { basicAuthorization, issueAuthorizationCode, postForm, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
 
 /** Every secret a flow handles, and the log of the instance that handled them at the most verbose level. */
 const lines: string[] = [];
