@@ -144,6 +144,7 @@ describe('admin API: applications', () => {
     await expectBadRequest(await admin('POST', '/applications', { name: 'x' }), 'redirect_uris must list at least one');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: 'https://a.example/cb' }), 'list of strings');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: ['admin'] }), 'unknown scope "admin"');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: [] }), 'at least one scope');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], confidential: 'yes' }), 'true or false');
     await expectBadRequest(await admin('POST', '/applications', ['x']), 'JSON object');
     const notJson = await fetch(`${running.opsUrl}/admin/applications`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"name":' });

@@ -3,7 +3,7 @@ import type { TokengateContext } from '../context.js';
 import { formatScope } from '../token/scope.js';
 import { authenticateClient } from './client-auth.js';
 import { findToken, type FoundToken } from './find-token.js';
-import { noCache, OAUTH_BODY_LIMIT, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
+import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
 
 export const INTROSPECTION_ENDPOINT_PATH = '/oauth/introspect';
 
@@ -27,7 +27,7 @@ const INACTIVE: IntrospectionResponse = { active: false };
  * also make every registered client an oracle for its user and scopes.
  */
 export function registerIntrospectionEndpoint(scope: FastifyInstance, context: TokengateContext): void {
-  scope.post(INTROSPECTION_ENDPOINT_PATH, { bodyLimit: Math.min(OAUTH_BODY_LIMIT, context.config.server.bodyLimit), onRequest: noCache }, async function introspectionEndpoint(request) {
+  scope.post(INTROSPECTION_ENDPOINT_PATH, backChannelRouteOptions(context.config), async function introspectionEndpoint(request) {
     const parameters = rejectRepeatedParameters(parseBody(request));
     const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: false });
     const token = requireParameter(parameters, 'token');

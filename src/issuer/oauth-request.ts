@@ -1,4 +1,5 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Config } from '../config/schema.js';
 import { TokengateError } from '../errors.js';
 
 /**
@@ -14,7 +15,12 @@ export type OAuthParameters = Readonly<Partial<Record<string, string>>>;
  * (the longest, a code_verifier, is 128 characters), so anything bigger is refused before it is
  * parsed.
  */
-export const OAUTH_BODY_LIMIT = 16_384;
+const OAUTH_BODY_LIMIT = 16_384;
+
+/** Route options every back-channel endpoint shares: its body limit and no caching. */
+export function backChannelRouteOptions(config: Readonly<Config>) {
+  return { bodyLimit: Math.min(OAUTH_BODY_LIMIT, config.server.bodyLimit), onRequest: noCache };
+}
 
 /** Token responses carry credentials: no cache may keep them (RFC 6749 section 5.1). */
 export async function noCache(_request: FastifyRequest, reply: FastifyReply): Promise<void> {

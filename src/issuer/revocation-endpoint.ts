@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { authenticateClient } from './client-auth.js';
 import { findToken, type FoundToken } from './find-token.js';
-import { noCache, OAUTH_BODY_LIMIT, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
+import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
 
 export const REVOCATION_ENDPOINT_PATH = '/oauth/revoke';
 
@@ -11,7 +11,7 @@ export const REVOCATION_ENDPOINT_PATH = '/oauth/revoke';
  * was revoked: unknown, expired and already revoked tokens included (section 2.2).
  */
 export function registerRevocationEndpoint(scope: FastifyInstance, context: TokengateContext): void {
-  scope.post(REVOCATION_ENDPOINT_PATH, { bodyLimit: Math.min(OAUTH_BODY_LIMIT, context.config.server.bodyLimit), onRequest: noCache }, async function revocationEndpoint(request, reply) {
+  scope.post(REVOCATION_ENDPOINT_PATH, backChannelRouteOptions(context.config), async function revocationEndpoint(request, reply) {
     const parameters = rejectRepeatedParameters(parseBody(request));
     const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
     const token = requireParameter(parameters, 'token');

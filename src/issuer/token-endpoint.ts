@@ -5,7 +5,7 @@ import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANTS, type Grant } from './grants/index.js';
 import { wireErrorOf } from '../error-handler.js';
-import { noCache, OAUTH_BODY_LIMIT, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
+import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
 
 export const TOKEN_ENDPOINT_PATH = '/oauth/token';
 
@@ -18,8 +18,7 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
   scope.post(
     TOKEN_ENDPOINT_PATH,
     {
-      bodyLimit: Math.min(OAUTH_BODY_LIMIT, context.config.server.bodyLimit),
-      onRequest: noCache,
+      ...backChannelRouteOptions(context.config),
       onError: async (_request, _reply, error) => {
         context.metrics.tokenErrors.inc({ error: wireErrorOf(error) });
       },
