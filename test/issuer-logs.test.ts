@@ -43,6 +43,8 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
     // replay, which revokes the family and logs a warning
     await postForm(token, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: app.redirectUri, client_id: app.clientId, client_secret: app.clientSecret }),
     await postForm(token, { grant_type: 'client_credentials', client_id: app.clientId, client_secret: wrongSecret }),
+    // swapped parameters: the secret arrives as the client id
+    await postForm(token, { grant_type: 'client_credentials', client_id: app.clientSecret, client_secret: app.clientId }),
     await postForm(token, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(app.clientId, wrongSecret) }),
     await postForm(`${token}?client_secret=${wrongSecret}&code=${code}`, { grant_type: 'client_credentials' }),
     await postForm(token, { grant_type: 'refresh_token', refresh_token: exchanged.refresh_token, client_id: other.clientId, client_secret: other.clientSecret }),
@@ -50,7 +52,7 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
     await fetch(token, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"client_secret":"${wrongSecret}",` }),
     await fetch(`${running.baseUrl}/oauth/token/info`, { headers: { authorization: `Bearer ${exchanged.access_token}` } }),
   ];
-  expect(refused.map((response) => response.status)).toEqual([400, 401, 401, 400, 400, 400, 400, 401]);
+  expect(refused.map((response) => response.status)).toEqual([400, 401, 401, 401, 400, 400, 400, 400, 401]);
   await postForm(`${running.baseUrl}/oauth/revoke`, { token: exchanged.refresh_token, client_id: app.clientId, client_secret: app.clientSecret });
 
   // The log is not empty: refusals and the replay are there, with their reasons.

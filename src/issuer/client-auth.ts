@@ -17,7 +17,6 @@ export const CLIENT_AUTH_METHODS: readonly ClientAuthMethod[] = ['client_secret_
 
 export interface AuthenticatedClient {
   readonly application: ApplicationRecord;
-  readonly method: ClientAuthMethod;
 }
 
 /**
@@ -31,7 +30,6 @@ export function clientSecretDigest(secret: string): string {
 interface PresentedCredentials {
   clientId: string | undefined;
   secret: string | undefined;
-  method: ClientAuthMethod;
 }
 
 export interface ClientAuthOptions {
@@ -45,7 +43,8 @@ export async function authenticateClient(request: FastifyRequest, parameters: OA
     throw new TokengateError('INVALID_CLIENT', { description: 'Client authentication is required: HTTP Basic, or client_id and client_secret in the body.', detail: 'no client credentials' });
   }
   const application = await store.getApplication(presented.clientId);
-  if (application === null) throw new TokengateError('INVALID_CLIENT', { detail: `unknown client_id ${presented.clientId}` });
+  // The unknown value is not logged: a client that swapped its parameters would log its secret.
+  if (application === null) throw new TokengateError('INVALID_CLIENT', { detail: 'unknown client_id' });
 
   if (presented.secret === undefined) {
     if (application.confidential) {
@@ -54,14 +53,14 @@ export async function authenticateClient(request: FastifyRequest, parameters: OA
     if (!options.allowPublicClients) {
       throw new TokengateError('INVALID_CLIENT', { description: 'This endpoint requires a confidential client authenticating with its client secret.', detail: `public client ${application.clientId}` });
     }
-    return { application, method: 'none' };
+    return { application };
   }
   // A public client has no secret, so any secret it sends is wrong; both comparisons take the same path.
   const expected = application.secretDigest ?? '';
   if (!constantTimeEqual(clientSecretDigest(presented.secret), expected) || application.secretDigest === null) {
     throw new TokengateError('INVALID_CLIENT', { detail: `wrong client secret for ${application.clientId}` });
   }
-  return { application, method: presented.method };
+  return { application };
 }
 
 /**
@@ -71,7 +70,7 @@ export async function authenticateClient(request: FastifyRequest, parameters: OA
  */
 function presentedCredentials(authorization: string | undefined, parameters: OAuthParameters): PresentedCredentials {
   if (authorization === undefined) {
-    return { clientId: parameters.client_id, secret: parameters.client_secret, method: 'client_secret_post' };
+    return { clientId: parameters.client_id, secret: parameters.client_secret };
   }
   const basic = parseBasicCredentials(authorization);
   if (parameters.client_secret !== undefined) {
@@ -80,7 +79,7 @@ function presentedCredentials(authorization: string | undefined, parameters: OAu
   if (parameters.client_id !== undefined && parameters.client_id !== basic.clientId) {
     throw new TokengateError('INVALID_REQUEST', { description: 'The client_id in the body differs from the one in the HTTP Basic credentials.' });
   }
-  return { clientId: basic.clientId, secret: basic.secret, method: 'client_secret_basic' };
+  return { clientId: basic.clientId, secret: basic.secret };
 }
 
 const BASIC = /^Basic +([A-Za-z0-9+/]+={0,2}) *$/i;

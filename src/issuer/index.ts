@@ -1,8 +1,8 @@
 import formbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
-import { registerIntrospectionEndpoint } from './introspection-endpoint.js';
 import { challengingErrorHandler } from '../error-handler.js';
+import { registerIntrospectionEndpoint } from './introspection-endpoint.js';
 import { registerMetadataEndpoint } from './metadata-endpoint.js';
 import { registerRevocationEndpoint } from './revocation-endpoint.js';
 import { registerTokenEndpoint } from './token-endpoint.js';

@@ -1,10 +1,10 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { wireErrorOf } from '../error-handler.js';
 import { TokengateError } from '../errors.js';
 import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANTS, type Grant } from './grants/index.js';
-import { wireErrorOf } from '../error-handler.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
 
 export const TOKEN_ENDPOINT_PATH = '/oauth/token';
