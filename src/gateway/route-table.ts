@@ -1,0 +1,68 @@
+import type { Config, RouteConfig } from '../config/schema.js';
+import { normalizePrefix } from '../config/routes.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { TokenKind } from '../token/kinds.js';
+import { compileRouteDenials, compileUnroutedDenials, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
+
+/** One configured route, compiled at start: everything a request needs is a field read away. */
+export interface GatewayRoute<Target> {
+  /** The canonical prefix; also the route's metric label and log field. */
+  readonly prefix: string;
+  /** What a path strictly below the prefix starts with (segment-aware: `/me/`, never `/meow`). */
+  readonly below: string;
+  readonly methods: ReadonlySet<string>;
+  readonly token: RouteConfig['token'];
+  readonly scopes: readonly string[];
+  readonly allowQueryToken: boolean;
+  readonly allowBodyToken: boolean;
+  /** Where each kind of token goes; null for a kind the route refuses. */
+  readonly targets: Readonly<Record<TokenKind, Target | null>>;
+  readonly denials: Readonly<Record<RouteDenialReason, Denial>>;
+}
+
+export interface RouteTable<Target> {
+  /** Longest-prefix, segment-aware, case-sensitive match of a normalized path. */
+  match(path: string): GatewayRoute<Target> | null;
+  readonly routes: readonly GatewayRoute<Target>[];
+  readonly unrouted: UnroutedDenials;
+}
+
+/** Builds the forwarding target of one route and token kind (upstream origin, timeout, metrics, failure answers). */
+export type TargetFactory<Target> = (spec: { route: RouteConfig; label: string; upstream: string; denials: Readonly<Record<RouteDenialReason, Denial>> }) => Target;
+
+/** Compiles config.routes (already checked by checkRoutes at load) into the table requests are matched against. */
+export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Metrics, createTarget: TargetFactory<Target>): RouteTable<Target> {
+  const routes = config.routes.map((route): GatewayRoute<Target> => {
+    const prefix = normalizePrefix(route.path);
+    if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
+    const denials = compileRouteDenials(route, prefix, config.gateway.realm, metrics);
+    const upstreamFor = (kind: TokenKind): string | undefined => (route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream));
+    const targetFor = (kind: TokenKind): Target | null => {
+      const upstream = upstreamFor(kind);
+      return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials });
+    };
+    return {
+      prefix,
+      below: prefix === '/' ? '/' : `${prefix}/`,
+      methods: new Set(route.methods),
+      token: route.token,
+      scopes: route.scopes,
+      allowQueryToken: route.allowQueryToken,
+      allowBodyToken: route.allowBodyToken,
+      targets: { user: targetFor('user'), application: targetFor('application') },
+      denials,
+    };
+  });
+  // Longest prefix first, so the first match is the most specific route.
+  routes.sort((a, b) => b.prefix.length - a.prefix.length);
+  return {
+    routes,
+    unrouted: compileUnroutedDenials(metrics),
+    match(path) {
+      for (const route of routes) {
+        if (path === route.prefix || path.startsWith(route.below)) return route;
+      }
+      return null;
+    },
+  };
+}
