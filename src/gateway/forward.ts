@@ -181,9 +181,12 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
   // WebSocket: node hands upgrade requests to this listener with the raw socket. They are
   // dispatched through the router like any request, so they meet the same route and checks;
   // every answer other than an accepted upgrade is an ordinary response, then the connection ends.
-  const tunnels = new Set<Duplex>();
+  // Client sockets of upgrade requests, checked or tunnelled: closing the app ends them.
+  const upgrades = new Set<Duplex>();
   scope.server.on('upgrade', (raw: UpgradingRequest, socket: Duplex, head: Buffer) => {
     socket.on('error', () => socket.destroy());
+    upgrades.add(socket);
+    socket.on('close', () => upgrades.delete(socket));
     raw[kUpgrade] = { socket, head };
     const response = new ServerResponse(raw);
     response.shouldKeepAlive = false;
@@ -192,7 +195,7 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
     scope.routing(raw, response);
   });
   scope.addHook('preClose', (done) => {
-    for (const socket of tunnels) socket.destroy();
+    for (const socket of upgrades) socket.destroy();
     done();
   });
 
@@ -202,6 +205,7 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
     const headers = upstreamHeaders(request, withoutConnectionHeaders({ ...request.headers }));
     headers.host = target.url.host;
     headers.connection = 'Upgrade';
+    headers.upgrade = request.headers.upgrade;
     const outgoing = (target.url.protocol === 'https:' ? httpsRequest : httpRequest)({
       hostname: target.url.hostname,
       port: target.url.port,
@@ -219,7 +223,7 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
       client.socket.write(switchingProtocolsHead(response, requestIdHeader, request.id));
       if (upstreamHead.length > 0) client.socket.write(upstreamHead);
       if (client.head.length > 0) upstream.write(client.head);
-      join(client.socket, upstream, tunnels);
+      join(client.socket, upstream);
     });
     // The upstream declined the upgrade: its answer goes back like any response.
     outgoing.on('response', (response: IncomingMessage) => {
@@ -231,6 +235,8 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
     outgoing.on('error', (error) => {
       if (!reply.sent) deny(request, reply, error instanceof UpstreamTimeout ? target.timedOut : target.unreachable);
     });
+    // A client that leaves (or an app that closes) before the upstream answered cancels the handshake.
+    client.socket.on('close', () => outgoing.destroy());
     outgoing.end();
     return reply;
   }
@@ -244,7 +250,7 @@ class UpstreamTimeout extends Error {}
 function withoutConnectionHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
   for (const name of (headers.connection ?? '').split(',')) delete headers[name.trim().toLowerCase()];
   delete headers.connection;
-  for (const name of HOP_BY_HOP) if (name !== 'upgrade') delete headers[name];
+  for (const name of HOP_BY_HOP) delete headers[name];
   delete headers.expect;
   delete headers['content-length'];
   delete headers['transfer-encoding'];
@@ -261,14 +267,10 @@ function switchingProtocolsHead(response: IncomingMessage, requestIdHeader: stri
 }
 
 /** Pipes two sockets into each other until either side closes or fails; then both go. */
-function join(client: Duplex, upstream: Socket, open: Set<Duplex>): void {
-  open.add(client);
-  open.add(upstream);
+function join(client: Duplex, upstream: Socket): void {
   const close = () => {
     client.destroy();
     upstream.destroy();
-    open.delete(client);
-    open.delete(upstream);
   };
   for (const socket of [client, upstream]) {
     socket.on('error', close);
