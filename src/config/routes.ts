@@ -25,9 +25,10 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
     if (prefix === null) {
       problems.push({ path: `${at}.path`, message: `"${route.path}" must start with / and be in canonical form: no empty, "." or ".." segments, no query, no backslash, only RFC 3986 path characters, percent-escapes only where needed and upper-cased` });
     } else {
-      const previous = seen.get(prefix);
-      if (previous !== undefined) problems.push({ path: `${at}.path`, message: `"${route.path}" is already routed by routes[${previous}]` });
-      else seen.set(prefix, index);
+      // Prefixes that differ only in letter case are one prefix to a case-insensitive upstream.
+      const previous = seen.get(prefix.toLowerCase());
+      if (previous !== undefined) problems.push({ path: `${at}.path`, message: `"${route.path}" is already routed by routes[${previous}] (prefixes are compared ignoring letter case)` });
+      else seen.set(prefix.toLowerCase(), index);
       const issuerPath = options.issuerEnabled ? ISSUER_PREFIXES.find((issuer) => overlaps(prefix, issuer)) : undefined;
       if (issuerPath !== undefined) problems.push({ path: `${at}.path`, message: `"${route.path}" overlaps the issuer's ${issuerPath} paths on the same listener (set issuer.enabled: false for a pure gateway)` });
     }

@@ -46,6 +46,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       if (path instanceof PathRefusal) return deny(request, reply, table.unrouted.invalidPath.get(path)!);
       const route = table.match(path);
       if (route === null) return deny(request, reply, table.unrouted.notFound);
+      if (route instanceof PathRefusal) return deny(request, reply, table.unrouted.invalidPath.get(route)!);
       if (!isMethodAllowed(route, request.method)) return deny(request, reply, route.denials.method_not_allowed);
       const upgrade = isUpgrade(request);
       if (upgrade && !isWebSocketUpgrade(request)) return deny(request, reply, route.denials.unsupported_upgrade);

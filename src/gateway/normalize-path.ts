@@ -29,6 +29,8 @@ export const PATH_REFUSALS = {
   dotSegment: new PathRefusal('The path contains a "." or ".." segment.'),
   emptySegment: new PathRefusal('The path contains an empty segment ("//").'),
   doubleEncoded: new PathRefusal('The path contains a double-encoded dot, slash or backslash.'),
+  // Given by the route table, not by normalizePath: see lookalikeOfNestedRoute in route-table.ts.
+  lookalike: new PathRefusal('The path differs from a more specific route only by letter case, a ";" parameter or a "." suffix.'),
 } as const;
 
 const SLASH = 0x2f;
