@@ -133,6 +133,8 @@ function publicClientErrorMessage(error: Error & { code?: string }): string {
       return 'The request body is not valid JSON.';
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return 'The Content-Length header does not match the body.';
+    case 'FST_ERR_BAD_URL':
+      return 'The request path is not valid percent-encoded UTF-8.';
     default:
       return 'The request is malformed.';
   }

@@ -93,6 +93,15 @@ describe('oversized and malformed heads', () => {
     expect(forwardedCount()).toBe(before);
   });
 
+  it('answers a path that is not valid percent-encoded UTF-8 with 400 before routing', async () => {
+    for (const path of ['/api/public/tickets/%zz', '/api/public/tickets/%c0%ae', '/api/public/tickets/%']) {
+      const answer = await rawRequest(gateway.port, `GET ${path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nConnection: close\r\n\r\n`);
+      expect(statusOf(answer)).toBe(400);
+      expect(bodyOf(answer)).toEqual({ error: 'invalid_request', error_description: 'The request path is not valid percent-encoded UTF-8.' });
+      expect(answer).toMatch(/\r\ncache-control: no-store\r\n/i);
+    }
+  });
+
   it('answers an Authorization header of a huge made-up token with 401, not a crash or a store call', async () => {
     const answer = await rawRequest(gateway.port, `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${'a'.repeat(3_000)}\r\nConnection: close\r\n\r\n`);
     expect(statusOf(answer)).toBe(401);

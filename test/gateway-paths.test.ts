@@ -103,8 +103,9 @@ const ATTEMPTS: Array<[string, 'user' | 'application', Outcome]> = [
   ['/api/public/events/%61dmin', 'application', { refused: 403 }],
   ['/api/public/events/admin/', 'application', { refused: 403 }],
   ['/api/public/events/admin/keys', 'application', { refused: 403 }],
-  // a segment that merely starts with dots is refused by the forwarder's own traversal guard
+  // a segment that merely starts or ends with two dots is refused by the forwarder's own traversal guard
   ['/api/public/me/..hidden', 'user', { refused: 400 }],
+  ['/api/public/me/x../y', 'user', { refused: 400 }],
   // what is forwarded, and exactly as what
   ['/api/public/me', 'user', { reaches: 'me', as: '/api/public/me' }],
   ['/api/public/me/', 'user', { reaches: 'me', as: '/api/public/me/' }],

@@ -41,7 +41,7 @@ type UnroutedReason = 'invalid_path' | 'not_found';
 export type RouteDenialReason = Exclude<DenialReason, UnroutedReason>;
 
 /** Seconds a client should wait before retrying while the token store is unreachable. */
-export const STORE_RETRY_AFTER_SECONDS = 1;
+const STORE_RETRY_AFTER_SECONDS = 1;
 
 /** A denial compiled at start: the error to send and the metric children to count it with. */
 export interface Denial {
@@ -53,7 +53,7 @@ export interface Denial {
 }
 
 /** Metric label of requests that matched no route. */
-export const UNROUTED_LABEL = '(none)';
+const UNROUTED_LABEL = '(none)';
 
 export interface UnroutedDenials {
   readonly notFound: Denial;

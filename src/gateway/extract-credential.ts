@@ -36,6 +36,8 @@ interface ExtractionRoute {
 const TOKEN_PARAMETER = 'access_token';
 /** RFC 6750 2.1: credentials = "Bearer" 1*SP b64token. */
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
+/** A header that names the Bearer scheme but does not match BEARER is malformed, not another scheme. */
+const BEARER_SCHEME = /^bearer(?:[ \t]|$)/i;
 const FORM = 'application/x-www-form-urlencoded';
 const JSON_TYPE = 'application/json';
 
@@ -47,7 +49,7 @@ export function extractCredential(request: FastifyRequest, route: ExtractionRout
     if (countHeader(request.raw.rawHeaders, 'authorization') > 1) return 'multiple_credentials';
     const bearer = BEARER.exec(authorization);
     if (bearer !== null) token = bearer[1];
-    else if (authorization === '' || /^bearer(?:[ \t]|$)/i.test(authorization)) return 'malformed_credential';
+    else if (authorization === '' || BEARER_SCHEME.test(authorization)) return 'malformed_credential';
   }
 
   let query = rawQuery;
@@ -70,7 +72,7 @@ export function extractCredential(request: FastifyRequest, route: ExtractionRout
 
 async function extractFromBody(request: FastifyRequest, type: string, earlier: string | undefined, query: string, bodyLimit: number): Promise<Credential | ExtractionFailure> {
   if (Number(request.headers['content-length']) > bodyLimit) return 'body_too_large';
-  const raw = await readBody(request.body as Readable, bodyLimit);
+  const raw = request.body === undefined ? Buffer.alloc(0) : await readBody(request.body as Readable, bodyLimit);
   if (typeof raw === 'string') return raw;
   const taken = type === FORM ? takeFormToken(raw) : takeJsonToken(raw);
   if (typeof taken === 'string') return taken;
@@ -107,7 +109,7 @@ function takeJsonToken(raw: Buffer): { values: Array<string | undefined>; body: 
  * after decoding, so `access%5Ftoken` is `access_token` too. A value that does not decode is
  * undefined (malformed). Null when `name` does not occur.
  */
-export function takeParameter(encoded: string, name: string): { values: Array<string | undefined>; rest: string } | null {
+function takeParameter(encoded: string, name: string): { values: Array<string | undefined>; rest: string } | null {
   // Without the name spelled out or any escape, the parameter cannot be there: the common case costs two scans.
   if (!encoded.includes(name) && !encoded.includes('%')) return null;
   const values: Array<string | undefined> = [];

@@ -29,7 +29,6 @@ export interface RouteTable<Target> {
    * the path is a lookalike of a more specific route (see lookalikeOfNestedRoute).
    */
   match(path: string): GatewayRoute<Target> | PathRefusal | null;
-  readonly routes: readonly GatewayRoute<Target>[];
   readonly unrouted: UnroutedDenials;
 }
 
@@ -66,7 +65,6 @@ export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Met
   // Longest prefix first, so the first match is the most specific route.
   routes.sort((a, b) => b.prefix.length - a.prefix.length);
   return {
-    routes,
     unrouted: compileUnroutedDenials(metrics),
     match(path) {
       for (const route of routes) {
