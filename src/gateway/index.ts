@@ -33,8 +33,8 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
     /**
      * The request path, in order: where (normalize, match, method) -> extract -> verify ->
      * authorize -> forward. Each step returns a result or a stable denial reason; the reason
-     * picks a denial compiled at start (error, challenge, metric children), so a refusal costs
-     * no allocation beyond the response.
+     * picks a denial compiled at start (error, challenge, metric children), so refusing builds
+     * no error, header or label per request.
      */
     async function handleGatewayRequest(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> {
       reply.header(requestIdHeader, request.id);
