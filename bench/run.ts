@@ -9,6 +9,7 @@ import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../src/token/token-value.js';
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
 import { percentile, runLoad, type LoadResult } from './lib/load.js';
+import { cacheLookupsBetween, scrapeCounters } from './lib/metrics.js';
 import { cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
@@ -27,6 +28,7 @@ import { ROUTES } from './lib/tokengate-config.js';
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const KEY_PREFIX = 'bench:';
 const ORGANIZER_CLIENT_ID = 'bench-organizer';
+const runStarted = performance.now();
 
 interface Run {
   settings: BenchSettings;
@@ -59,6 +61,8 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     runLoad({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
   if (spec.warmup !== false && run.settings.warmupSeconds > 0) await load(run.settings.warmupSeconds);
 
+  const opsUrl = spec.gateway?.opsUrl ?? null;
+  const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
   const gatewayPids = spec.gateway?.pids() ?? [];
   const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
   const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
@@ -69,13 +73,17 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     if (ticker !== null) clearInterval(ticker);
   }
   const self = process.cpuUsage(before.self);
+  const gatewayCpuMs = totalCpuMilliseconds(gatewayPids) - before.gateway;
+  const redisCpuMs = cpuMilliseconds(run.redis.pid) - before.redis;
+  const cacheLookups = opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl));
   const perThousand = (cpuMs: number) => (result.requests === 0 ? Number.NaN : (cpuMs * 1000) / result.requests);
   const scenario: ScenarioResult = {
     id: spec.id,
     title: spec.title,
     load: result,
-    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(totalCpuMilliseconds(gatewayPids) - before.gateway),
-    storeCpuMsPer1k: perThousand(cpuMilliseconds(run.redis.pid) - before.redis),
+    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(gatewayCpuMs),
+    storeCpuMsPer1k: perThousand(redisCpuMs),
+    cacheLookups,
     baseline: spec.baseline,
     loadGeneratorCpuPercent: ((self.user + self.system) / 1000 / (result.seconds * 1000)) * 100,
   };
@@ -111,7 +119,6 @@ async function main(): Promise<number> {
 
   const machine = describeMachine(pinning === null ? 'not pinned' : `load generator on CPU ${pinning.loadGeneratorCpus}, servers on CPU ${pinning.serverCpus} (taskset)`);
   progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart.join(' ')}; ${machine.pinning}; logs in ${dir}`);
-  const started = performance.now();
   const results: BenchResults = { scenarios: {}, forgedStoreCommands: null, fixedRate: null, revocation: null, memory: null };
   const failures: string[] = [];
   try {
@@ -128,7 +135,7 @@ async function main(): Promise<number> {
   } finally {
     await group.stopAll();
   }
-  return report(results, failures, machine, settings, (performance.now() - started) / 1000);
+  return report(results, failures, machine, settings, (performance.now() - runStarted) / 1000);
 }
 
 async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise<void> {
@@ -388,7 +395,7 @@ function report(results: BenchResults, failures: string[], machine: Machine, set
 }
 
 function progress(message: string): void {
-  process.stderr.write(`[bench] ${message}\n`);
+  process.stderr.write(`[bench ${((performance.now() - runStarted) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
 }
 
 main().then(

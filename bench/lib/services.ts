@@ -14,6 +14,8 @@ export interface Service {
   /** The processes whose CPU counts as this service's (nginx: master, worker and the check service). */
   pids(): number[];
   process: Started;
+  /** The ops listener (tokengate only): /metrics, the admin API. */
+  opsUrl?: string;
 }
 
 /** `node --cpu-prof` flags writing `<dir>/<name>.cpuprofile` when the process exits; none without a directory. */
