@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createMetrics } from '../src/observability/metrics.js';
+import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, TokenStore } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
@@ -33,33 +35,49 @@ interface StoreUnderTest {
   cleanup(): Promise<void>;
 }
 
-const implementations: Array<[string, () => Promise<StoreUnderTest>]> = [
-  [
-    'memory',
-    async () => {
-      const store = new MemoryStore();
-      return { store, peer: store, cleanup: () => store.close() };
+const openMemory = async (): Promise<StoreUnderTest> => {
+  const store = new MemoryStore();
+  return { store, peer: store, cleanup: () => store.close() };
+};
+
+const openRedis = async (): Promise<StoreUnderTest> => {
+  const prefix = uniquePrefix('contract');
+  const store = createTestRedisStore(prefix);
+  const peer = createTestRedisStore(prefix);
+  return {
+    store,
+    peer,
+    async cleanup() {
+      await Promise.all([store.close(), peer.close()]);
+      await deletePrefix(prefix);
     },
-  ],
-  [
-    'redis',
-    async () => {
-      const prefix = uniquePrefix('contract');
-      const store = createTestRedisStore(prefix);
-      const peer = createTestRedisStore(prefix);
-      return {
-        store,
-        peer,
-        async cleanup() {
-          await Promise.all([store.close(), peer.close()]);
-          await deletePrefix(prefix);
-        },
-      };
+  };
+};
+
+/** The token cache is a store too, and must keep every promise of the store it wraps. */
+const withCache = (open: () => Promise<StoreUnderTest>) => async (): Promise<StoreUnderTest> => {
+  const inner = await open();
+  const store = await cached(inner.store, cacheConfig, createMetrics());
+  const peer = inner.peer === inner.store ? store : await cached(inner.peer, cacheConfig, createMetrics());
+  return {
+    store,
+    peer,
+    async cleanup() {
+      await Promise.all([store.stop(), peer.stop()]);
+      await inner.cleanup();
     },
-  ],
+  };
+};
+const cacheConfig = { enabled: true, maxEntries: 1000, ttlSeconds: 60, negativeTtlSeconds: 5, negativeMaxEntries: 100, staleIfErrorSeconds: 0 };
+
+const implementations: Array<[string, 'memory' | 'redis', () => Promise<StoreUnderTest>]> = [
+  ['memory', 'memory', openMemory],
+  ['redis', 'redis', openRedis],
+  ['cached memory', 'memory', withCache(openMemory)],
+  ['cached redis', 'redis', withCache(openRedis)],
 ];
 
-describe.each(implementations)('token store contract: %s', (driver, open) => {
+describe.each(implementations)('token store contract: %s', (_name, driver, open) => {
   let subject: StoreUnderTest;
   let store: TokenStore;
 
@@ -119,7 +137,7 @@ describe.each(implementations)('token store contract: %s', (driver, open) => {
 
   it('saves, reads and revokes access tokens, publishing the revocation to every subscriber', async () => {
     const events: RevocationEvent[] = [];
-    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onReset: () => {} });
+    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onInterrupted: () => {}, onReset: () => {} });
     const digest = newDigest();
     await store.saveAccessToken(digest, accessToken());
     expect(await subject.peer.getAccessToken(digest)).toEqual(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
