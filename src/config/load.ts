@@ -170,7 +170,8 @@ function describe(error: ValueError): string {
   }
   if (error.value === undefined) return 'required key is missing';
   if (schema.type === 'integer' && typeof error.value === 'number' && Number.isInteger(error.value)) {
-    const range = [schema.minimum !== undefined ? `>= ${schema.minimum}` : '', schema.maximum !== undefined ? `<= ${schema.maximum}` : ''].filter(Boolean).join(' and ');
+    const { minimum, maximum } = schema as { minimum?: number; maximum?: number };
+    const range = minimum !== undefined && maximum !== undefined ? `from ${minimum} to ${maximum}` : minimum !== undefined ? `>= ${minimum}` : `<= ${maximum}`;
     return `expected an integer ${range}, got ${got}`;
   }
   if (schema.type === 'integer') return `expected an integer, got ${got}`;

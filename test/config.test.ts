@@ -1,0 +1,112 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfigFile, parseConfig } from '../src/config/load.js';
+
+function problemsOf(text: string, env: Record<string, string> = {}): Array<{ path: string; message: string; line?: number }> {
+  try {
+    parseConfig(text, 'test.yaml', env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as ConfigError).problems;
+  }
+  throw new Error('expected the config to be refused');
+}
+
+const route = (extra = '') => `routes:\n  - path: /api/public/me\n    upstream: http://127.0.0.1:3001\n${extra}`;
+
+describe('config loading', () => {
+  it('accepts the shipped configs', () => {
+    for (const file of ['config/tokengate.yaml', 'config/tokengate.redis.yaml']) {
+      const config = loadConfigFile(file, {});
+      expect(config.routes.length).toBeGreaterThan(0);
+    }
+  });
+
+  it('fills every default and freezes the result', () => {
+    const config = parseConfig('{}', 'empty.yaml', {});
+    expect(config.server.port).toBe(8080);
+    expect(config.store.driver).toBe('memory');
+    expect(config.cache.maxEntries).toBe(100_000);
+    expect(config.issuer.accessTokenTtl).toBe(7200);
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.server)).toBe(true);
+    expect(() => {
+      (config.server as { port: number }).port = 1;
+    }).toThrow(TypeError);
+  });
+
+  it('substitutes ${VAR} and ${VAR:-default} in values, converting to the expected type', () => {
+    const config = parseConfig('server:\n  port: ${PORT}\n  host: ${HOST:-0.0.0.0}\nstore:\n  keyPrefix: "a$$b:"\n', 'env.yaml', { PORT: '8181' });
+    expect(config.server.port).toBe(8181);
+    expect(config.server.host).toBe('0.0.0.0');
+    expect(config.store.keyPrefix).toBe('a$b:');
+  });
+
+  it('substitutes values only: an environment value cannot add structure', () => {
+    const config = parseConfig('logging:\n  level: info\nstore:\n  keyPrefix: ${PREFIX}\n', 'env.yaml', { PREFIX: 'x\nadmin:\n  host: 0.0.0.0' });
+    expect(config.store.keyPrefix).toBe('x\nadmin:\n  host: 0.0.0.0');
+    expect(config.admin.host).toBe('127.0.0.1');
+  });
+
+  it('reports every problem at once, each with its key path and line', () => {
+    const problems = problemsOf(
+      ['server:', '  port: abc', '  hots: x', 'store:', '  driver: redsi', 'cache:', '  ttlSeconds: -1', route('    tokn: user\n    token: usr\n')].join('\n'),
+    );
+    expect(problems).toEqual([
+      { path: 'server.port', line: 2, message: 'expected an integer, got "abc"' },
+      { path: 'server.hots', line: 3, message: expect.stringContaining('unknown key') },
+      { path: 'store.driver', line: 5, message: 'expected one of memory, redis, got "redsi"' },
+      { path: 'cache.ttlSeconds', line: 7, message: 'expected an integer >= 0, got -1' },
+      { path: 'routes[0].tokn', line: 11, message: expect.stringContaining('unknown key') },
+      { path: 'routes[0].token', line: 12, message: 'expected one of user, application, any, got "usr"' },
+    ]);
+  });
+
+  it('names the missing environment variable and the key that needs it', () => {
+    expect(problemsOf('admin:\n  token: ${ADMIN_TOKEN}\n')).toEqual([{ path: 'admin.token', line: 2, message: expect.stringContaining('environment variable ADMIN_TOKEN is not set') }]);
+  });
+
+  it('refuses an admin listener off loopback without a token, and short tokens', () => {
+    expect(problemsOf('admin:\n  host: 0.0.0.0\n')).toEqual([{ path: 'admin.token', line: 2, message: expect.stringContaining('not loopback') }]);
+    expect(problemsOf('admin:\n  token: short\n')[0]).toMatchObject({ path: 'admin.token', message: 'must be at least 16 characters' });
+    expect(parseConfig('admin:\n  host: 0.0.0.0\n  token: ${T}\n', 't.yaml', { T: 'a-long-enough-admin-token' }).admin.host).toBe('0.0.0.0');
+  });
+
+  it('checks routes at load time: upstream URLs, non-canonical prefixes, duplicates, per-kind upstreams', () => {
+    const problems = problemsOf(`routes:
+  - path: /api/public/me
+    upstream: ftp://x
+  - path: /api/public/me/
+    upstream: http://a
+  - path: /api/../x
+    upstream: http://a?q=1
+  - path: /api/x
+  - path: /api/y
+    token: any
+    upstreams:
+      user: http://u
+`);
+    expect(problems.map((problem) => problem.path)).toEqual(['routes[0].upstream', 'routes[1].path', 'routes[2].path', 'routes[2].upstream', 'routes[3].upstream', 'routes[4].upstreams.application']);
+  });
+
+  it('checks cross-key rules: default scopes must be known scopes, redis needs a redis URL', () => {
+    const problems = problemsOf('issuer:\n  scopes: [public]\n  defaultScopes: [public, admin]\nstore:\n  driver: redis\n  url: http://localhost\n');
+    expect(problems.map((problem) => problem.path).sort()).toEqual(['issuer.defaultScopes[1]', 'store.url']);
+  });
+
+  it('reports invalid YAML, duplicate keys and a non-mapping document with a line', () => {
+    expect(problemsOf('server: [\n')[0]!.message).toMatch(/^invalid YAML/);
+    expect(problemsOf('server:\n  port: 1\n  port: 2\n')[0]).toMatchObject({ line: 3, message: expect.stringContaining('unique') });
+    expect(problemsOf('- a\n- b\n')[0]!.message).toContain('expected a mapping');
+  });
+
+  it('names the file in the message, and a missing file says what to do', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tokengate-config-'));
+    const file = join(dir, 'broken.yaml');
+    writeFileSync(file, 'server:\n  port: 99999\n');
+    expect(() => loadConfigFile(file, {})).toThrow(`${file} has 1 problem:\n  - server.port (line 2): expected an integer from 0 to 65535, got 99999`);
+    expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/does not exist; pass an existing YAML file with --config/);
+  });
+});

@@ -1,0 +1,32 @@
+import type { TSchema } from '@sinclair/typebox';
+import { ConfigSchema } from '../../src/config/schema.js';
+
+export interface ReferenceRow {
+  key: string;
+  markdown: string;
+}
+
+/** The README's configuration table, derived from the schema (descriptions and defaults live there). */
+export function configReferenceRows(): ReferenceRow[] {
+  const rows: ReferenceRow[] = [];
+  const walk = (schema: TSchema, path: string): void => {
+    if (schema.type === 'object' && schema.properties) {
+      for (const [key, child] of Object.entries<TSchema>(schema.properties)) walk(child, path === '' ? key : `${path}.${key}`);
+      return;
+    }
+    if (schema.type === 'array' && schema.items?.type === 'object') {
+      walk(schema.items as TSchema, `${path}[]`);
+      return;
+    }
+    const type = schema.anyOf
+      ? schema.anyOf.map((member: TSchema) => member.const ?? member.type).join(' \\| ')
+      : schema.type === 'array'
+        ? `list of ${schema.items.type}`
+        : String(schema.type);
+    const defaultValue = schema.default === undefined ? '—' : `\`${JSON.stringify(schema.default)}\``;
+    const meaning = String(schema.description ?? '').replace(/\|/g, '\\|');
+    rows.push({ key: path, markdown: `| \`${path}\` | ${type} | ${defaultValue} | ${meaning} |` });
+  };
+  walk(ConfigSchema, '');
+  return rows;
+}
