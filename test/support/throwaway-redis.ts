@@ -56,6 +56,15 @@ export class ThrowawayRedis {
     }
   }
 
+  /** Freezes it (SIGSTOP): connections stay open but nothing is answered, a hung server. */
+  pause(): void {
+    this.process?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.process?.kill('SIGCONT');
+  }
+
   /** A plain client for commands the test sends itself (CLIENT KILL, CONFIG SET, DEL). */
   client(): Redis {
     return new Redis(this.url, { maxRetriesPerRequest: 1 });
