@@ -240,6 +240,22 @@ describe('token cache: Redis outages', () => {
     await sleep(cachedAt + 2_050 - Date.now());
     expect((await outcome(lenient.cache.getAccessToken(longLived))).answer).toBe('unavailable');
   });
+
+  it('does not serve a token whose expiry passed while a hung store was being asked', async () => {
+    const { cache } = await sidecar({ ttlSeconds: 1, staleIfErrorSeconds: 60 });
+    const digest = newDigest();
+    const cachedAt = Date.now();
+    await cache.saveAccessToken(digest, accessToken({ expiresAt: cachedAt + 1_200 }));
+    expect(await cache.getAccessToken(digest)).not.toBeNull();
+    await sleep(cachedAt + 1_050 - Date.now());
+    redis.pause();
+    try {
+      // Past its cache life, so the store is asked; it answers nothing, and meanwhile the token expires.
+      expect((await outcome(cache.getAccessToken(digest))).answer).toBe('unknown');
+    } finally {
+      redis.resume();
+    }
+  });
 });
 
 describe('redis store: a command that failed stays failed', () => {

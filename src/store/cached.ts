@@ -163,9 +163,13 @@ export class CachedTokenStore implements TokenStore {
     try {
       return await this.read(digest);
     } catch (error) {
-      // A token read before stays good while the store cannot answer, within its cache life
-      // (or the configured grace past it), unless it was dropped meanwhile.
-      if (!(error instanceof StoreUnavailableError) || entry === undefined || this.valid.peek(digest) !== entry || Date.now() >= entry.staleUntil) throw error;
+      if (!(error instanceof StoreUnavailableError) || entry === undefined || this.valid.peek(digest) !== entry) throw error;
+      // A token read before stays good while the store cannot answer, within its cache life or
+      // the configured grace past it, and never past its own expiry (which may pass while the
+      // store is being asked: then it is known invalid, store or not).
+      const now = Date.now();
+      if (now >= entry.record.expiresAt) return null;
+      if (now >= entry.staleUntil) throw error;
       this.metrics.cacheStaleHits.inc();
       return entry.record;
     }
