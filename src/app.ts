@@ -1,14 +1,15 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { TokengateError, isTokengateError } from './errors.js';
+import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
-import type { TokenStore } from './store/store.js';
+import { StoreUnavailableError, type TokenStore } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
 export interface BuildOptions {
@@ -48,15 +49,16 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const app = Fastify({
     loggerInstance: log.child({ listener: 'public' }) as FastifyBaseLogger,
     bodyLimit: config.server.bodyLimit,
-    maxParamLength: 500,
     trustProxy: config.server.trustProxy,
     requestTimeout: config.server.requestTimeoutMs,
     http: { maxHeaderSize: config.server.maxHeaderSize },
     requestIdHeader: config.gateway.requestIdHeader,
-    disableRequestLogging: true,
+    // No access log line per request: on the gateway's hot path it would cost more than the
+    // check itself. Denials and errors are logged where they are decided.
+    logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
   });
-  const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, disableRequestLogging: true });
+  const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
   for (const server of [app, ops]) server.setErrorHandler(renderError);
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
@@ -64,6 +66,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
+  if (config.issuer.enabled) await registerAuthorization(app, context);
 
   let closed = false;
   return {
@@ -93,7 +96,11 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 function renderError(this: FastifyInstance, error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
   let failure: TokengateError;
   if (isTokengateError(error)) failure = error;
-  else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
+  else if (error instanceof StoreUnavailableError) {
+    request.log.warn({ err: error.message }, 'token store unavailable');
+    failure = new TokengateError('STORE_UNAVAILABLE');
+    reply.header('retry-after', '1');
+  } else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
   else if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') failure = new TokengateError('UNSUPPORTED_MEDIA_TYPE');
   else if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
     failure = new TokengateError('INVALID_REQUEST', { description: publicClientErrorMessage(error) });

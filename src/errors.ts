@@ -17,6 +17,12 @@ export const ERRORS = {
   UNSUPPORTED_TOKEN_TYPE: { status: 400, error: 'unsupported_token_type', description: 'The authorization server does not support the revocation of the presented token type.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, error: 'invalid_request', description: 'The request body must be application/x-www-form-urlencoded or application/json.' },
   BODY_TOO_LARGE: { status: 413, error: 'invalid_request', description: 'The request body is too large.' },
+  // authorization page: shown as an HTML page, never sent to the redirect_uri (RFC 6749 4.1.2.1)
+  UNKNOWN_CLIENT: { status: 400, error: 'invalid_client', description: 'The application asking you to sign in is not registered here (its client_id is missing or unknown).' },
+  INVALID_REDIRECT_URI: { status: 400, error: 'invalid_request', description: 'The application gave a redirect_uri that is missing or not registered for it, so you cannot be sent back to it.' },
+  FORM_EXPIRED: { status: 403, error: 'invalid_request', description: 'This form has expired or did not come from this page. Go back to the application and start again.' },
+  AUTHORIZATION_REQUEST_EXPIRED: { status: 400, error: 'invalid_request', description: 'This sign-in request has expired or was already answered. Go back to the application and start again.' },
+  USER_SOURCE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'Sign-in is temporarily unavailable. Try again in a few minutes.' },
   // RFC 6750 section 3.1 (resource requests through the gateway)
   TOKEN_MISSING: { status: 401, error: 'invalid_token', description: 'An access token is required.' },
   INVALID_TOKEN: { status: 401, error: 'invalid_token', description: 'The access token is invalid, expired or revoked.' },

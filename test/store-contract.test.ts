@@ -220,6 +220,21 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect(await store.incrementCounter('login:a', 200)).toBe(1);
   });
 
+  it('takes back an increment of a live counter, and leaves a gone counter gone', async () => {
+    await store.incrementCounter('login:b', 150);
+    await store.incrementCounter('login:b', 150);
+    await subject.peer.decrementCounter('login:b');
+    expect(await store.incrementCounter('login:b', 150)).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await store.decrementCounter('login:b');
+    await store.decrementCounter('login:never');
+    expect(await store.incrementCounter('login:b', 150)).toBe(1);
+    expect(await store.incrementCounter('login:never', 150)).toBe(1);
+    // the window still ends: a decrement did not leave a counter without expiry
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await store.incrementCounter('login:b', 150)).toBe(1);
+  });
+
   it('creates a shared secret once, whoever asks first', async () => {
     const [first, second] = await Promise.all([store.getOrCreateSecret('k', 'one'), subject.peer.getOrCreateSecret('k', 'two')]);
     expect(first).toBe(second);

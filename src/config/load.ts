@@ -131,6 +131,9 @@ function checkSemantics(config: Config): ConfigProblem[] {
       problems.push({ path: `issuer.defaultScopes[${index}]`, message: `"${scope}" is not in issuer.scopes` });
     }
   });
+  for (const scope of Object.keys(config.issuer.scopeDescriptions)) {
+    if (!config.issuer.scopes.includes(scope)) problems.push({ path: `issuer.scopeDescriptions.${scope}`, message: `"${scope}" is not in issuer.scopes` });
+  }
   if (config.issuer.enabled) {
     try {
       new URL(config.issuer.issuerUrl);

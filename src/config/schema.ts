@@ -58,6 +58,11 @@ export const IssuerSchema = closed({
   sessionTtl: Seconds(3600, 'Login session lifetime on the authorization page, in seconds.'),
   scopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes this issuer knows.' }),
   defaultScopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes granted when a request names none.' }),
+  serviceName: Type.String({ minLength: 1, default: 'Ticketing', description: 'Name of the service shown on the sign-in and consent pages ("Sign in to ...").' }),
+  scopeDescriptions: Type.Record(Type.String(), Type.String({ minLength: 1 }), {
+    default: { public: 'See your profile and manage your tickets' },
+    description: 'What each scope lets an application do, in words, listed on the consent page. A scope without an entry is shown by its name.',
+  }),
   users: UserSourceSchema,
   loginThrottle: closed({
     maxAttemptsPerAccount: Type.Integer({ minimum: 1, default: 5, description: 'Failed logins per account in one window before the account is throttled.' }),

@@ -28,8 +28,14 @@ export async function verifyPassword(password: string, encoded: string): Promise
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }
 
+let decoy: Promise<string> | undefined;
+
 /**
  * A hash of a random password, verified against when the e-mail is unknown so that a login
- * for a missing account takes as long as one for an existing account.
+ * for a missing account takes as long as one for an existing account. Made on first use, not
+ * at import: a scrypt run costs every process that never serves a login (CLI, gateway-only).
  */
-export const DECOY_PASSWORD_HASH: Promise<string> = hashPassword(randomBytes(16).toString('base64url'));
+export function decoyPasswordHash(): Promise<string> {
+  decoy ??= hashPassword(randomBytes(16).toString('base64url'));
+  return decoy;
+}

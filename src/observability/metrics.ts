@@ -51,7 +51,13 @@ export function createMetrics() {
     }),
     tokensIssued: new Counter({ name: 'tokengate_tokens_issued_total', help: 'Access tokens issued, by grant type.', labelNames: ['grant_type'] as const, registers }),
     tokenErrors: new Counter({ name: 'tokengate_token_errors_total', help: 'Token endpoint errors, by error code.', labelNames: ['error'] as const, registers }),
-    logins: new Counter({ name: 'tokengate_logins_total', help: 'Login attempts on the authorization page, by outcome.', labelNames: ['outcome'] as const, registers }),
+    logins: new Counter({ name: 'tokengate_logins_total', help: 'Login attempts on the authorization page, by outcome (success, failure, throttled, unavailable).', labelNames: ['outcome'] as const, registers }),
+    authorizationResponses: new Counter({
+      name: 'tokengate_authorization_responses_total',
+      help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
   };
 }
 

@@ -48,6 +48,12 @@ class ExpiringMap<V> {
     return entry.value;
   }
 
+  /** Takes one from a live counter; an expired or absent one is left alone. */
+  decrement(this: ExpiringMap<number>, key: string, now: number): void {
+    const entry = this.entries.get(key);
+    if (entry !== undefined && entry.expiresAt > now) entry.value -= 1;
+  }
+
   sweep(now: number): void {
     for (const [key, entry] of this.entries) if (entry.expiresAt <= now) this.entries.delete(key);
   }
@@ -196,6 +202,10 @@ export class MemoryStore implements TokenStore {
   async incrementCounter(key: string, windowMs: number): Promise<number> {
     const now = Date.now();
     return this.counters.increment(key, now + windowMs, now);
+  }
+
+  async decrementCounter(key: string): Promise<void> {
+    this.counters.decrement(key, Date.now());
   }
 
   async resetCounter(key: string): Promise<void> {

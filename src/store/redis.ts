@@ -76,10 +76,17 @@ end
 return removed
 `;
 
+const DECREMENT_LIVE = `
+-- KEYS[1] counter; a plain DECR would recreate an expired counter without a TTL
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECR', KEYS[1]) end
+return 0
+`;
+
 interface ScriptCommands {
   saveIndexed(keyCount: number, ...args: Array<string | number>): Promise<number>;
   consume(key: string): Promise<[string, number] | null>;
   revoke(indexKey: string, prefix: string, channel: string, now: number, ...members: string[]): Promise<number>;
+  decrementLive(key: string): Promise<number>;
 }
 
 export interface RedisStoreOptions {
@@ -103,6 +110,7 @@ export class RedisStore implements TokenStore {
     this.redis.defineCommand('saveIndexed', { lua: SAVE_INDEXED });
     this.redis.defineCommand('consume', { numberOfKeys: 1, lua: CONSUME });
     this.redis.defineCommand('revoke', { numberOfKeys: 1, lua: REVOKE });
+    this.redis.defineCommand('decrementLive', { numberOfKeys: 1, lua: DECREMENT_LIVE });
     // Errors surface on the commands that hit them; the client's own event would crash the process.
     this.redis.on('error', () => {});
     // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
@@ -312,6 +320,10 @@ export class RedisStore implements TokenStore {
     const counter = this.key('counter', key);
     const [[, count]] = (await this.run(this.redis.multi().incr(counter).pexpire(counter, windowMs, 'NX').exec())) as [[null, number]];
     return count;
+  }
+
+  async decrementCounter(key: string): Promise<void> {
+    await this.run(this.redis.decrementLive(this.key('counter', key)));
   }
 
   async resetCounter(key: string): Promise<void> {

@@ -139,6 +139,11 @@ export interface TokenStore {
 
   /** Increments a counter that lives `windowMs` from its first increment; returns the new value. */
   incrementCounter(key: string, windowMs: number): Promise<number>;
+  /**
+   * Takes back one increment of a live counter (an attempt counted up front that turned out not
+   * to count); a counter already gone stays gone. The window's end does not move.
+   */
+  decrementCounter(key: string): Promise<void>;
   resetCounter(key: string): Promise<void>;
 
   /** Returns the secret stored under `name`, storing `candidate` first if there is none (shared by all sidecars). */

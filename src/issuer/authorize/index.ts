@@ -1,0 +1,208 @@
+import fastifyCookie from '@fastify/cookie';
+import fastifyFormbody from '@fastify/formbody';
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { TokengateContext } from '../../context.js';
+import { ERRORS, TokengateError, isTokengateError } from '../../errors.js';
+import { StoreUnavailableError, type AuthorizationCodeRecord } from '../../store/store.js';
+import { tokenDigest } from '../../token/token-value.js';
+import { UserSourceUnavailableError, createUserSource } from '../users.js';
+import { LoginThrottle } from './login-throttle.js';
+import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
+import { Sessions, csrfTokenMatches, type PendingAuthorization, type Session } from './session.js';
+import { consentPage, contentSecurityPolicy, errorPage, loginPage, renderDocument, type LoginProblem, type Page, type Site } from './views.js';
+
+/**
+ * GET /oauth/authorize and the forms it shows:
+ *   GET  /oauth/authorize                  check the request -> sign-in page, or consent page when signed in
+ *   POST /oauth/authorize/login            check the form -> throttle -> check credentials -> new session -> back to GET
+ *   POST /oauth/authorize/decision         check the form -> check the request again -> code or access_denied to the application
+ *   POST /oauth/authorize/switch-account   check the form -> end the session -> back to GET (sign-in page)
+ * Every form is checked the same way: a live session, its CSRF token, a pending request of it.
+ */
+
+/** Sign-in and consent forms are a few hundred bytes; nothing larger is read. */
+const FORM_BODY_LIMIT = 16_384;
+
+export async function registerAuthorization(app: FastifyInstance, context: TokengateContext): Promise<void> {
+  await app.register(async (scope) => {
+    await scope.register(fastifyCookie);
+    await scope.register(fastifyFormbody);
+    const endpoint = createAuthorizationEndpoint(context);
+    scope.addHook('onSend', pageHeaders);
+    scope.setErrorHandler(endpoint.fail);
+    scope.get('/oauth/authorize', endpoint.show);
+    scope.post('/oauth/authorize/login', { bodyLimit: FORM_BODY_LIMIT }, endpoint.signIn);
+    scope.post('/oauth/authorize/decision', { bodyLimit: FORM_BODY_LIMIT }, endpoint.decide);
+    scope.post('/oauth/authorize/switch-account', { bodyLimit: FORM_BODY_LIMIT }, endpoint.switchAccount);
+  });
+}
+
+/** Headers of every answer of these pages, redirects included. */
+async function pageHeaders(_request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+  reply.header('x-frame-options', 'DENY');
+  // Pages carry CSRF tokens, redirects carry codes: nothing here may be cached.
+  reply.header('cache-control', 'no-store');
+  reply.header('pragma', 'no-cache');
+  // The consent page's URL and the code-carrying redirect must not leak to other sites.
+  reply.header('referrer-policy', 'no-referrer');
+  reply.header('x-content-type-options', 'nosniff');
+  if (!reply.hasHeader('content-security-policy')) reply.header('content-security-policy', contentSecurityPolicy());
+  return payload;
+}
+
+function createAuthorizationEndpoint(context: TokengateContext) {
+  const { config, store, minter, metrics } = context;
+  const issuer = config.issuer;
+  const sessions = new Sessions(context);
+  const users = createUserSource(issuer.users, store);
+  const throttle = new LoginThrottle(store, issuer.loginThrottle);
+  const site: Site = { serviceName: issuer.serviceName, issuerHost: new URL(issuer.issuerUrl).host };
+
+  const sendPage = (reply: FastifyReply, page: Page) =>
+    reply.code(page.status).header('content-type', 'text/html; charset=utf-8').header('content-security-policy', contentSecurityPolicy(page.formTargets)).send(renderDocument(page, site));
+
+  const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, store, issuer);
+
+  const formState = (session: Session, pending: PendingAuthorization) => ({ csrfToken: session.data.csrfToken, requestId: pending.id });
+
+  /** The user's next page for a valid request: sign in, or consent once signed in. */
+  const nextPage = (authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization): Page =>
+    session.data.userId === null
+      ? loginPage({ applicationName: authorization.application.name, form: formState(session, pending) })
+      : consentPage({
+          applicationName: authorization.application.name,
+          serviceName: issuer.serviceName,
+          email: session.data.email,
+          scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
+          redirectUri: authorization.redirectUri,
+          form: formState(session, pending),
+        });
+
+  /**
+   * A form post is answered only with the session's own CSRF token and for a request that this
+   * session is waiting on. `take` removes the request, so one approval mints one code.
+   */
+  async function verifiedForm(request: FastifyRequest, take: boolean) {
+    const body = (typeof request.body === 'object' && request.body !== null ? request.body : {}) as Record<string, unknown>;
+    const session = await sessions.load(request);
+    if (session === null) throw new TokengateError('FORM_EXPIRED', { detail: 'no live session' });
+    if (!csrfTokenMatches(session, field(body, 'csrf_token'))) throw new TokengateError('FORM_EXPIRED', { detail: 'csrf token missing or wrong' });
+    const requestId = field(body, 'request_id');
+    const pending = take ? await sessions.takePending(session, requestId) : sessions.findPending(session, requestId);
+    if (pending === null) throw new TokengateError('AUTHORIZATION_REQUEST_EXPIRED', { detail: 'no such pending request in the session' });
+    return { session, pending, body };
+  }
+
+  return {
+    async show(request: FastifyRequest, reply: FastifyReply) {
+      const authorization = await validate(request.query);
+      const session = (await sessions.load(request)) ?? (await sessions.start(request, reply, null));
+      const pending = await sessions.addPending(session, authorization.parameters);
+      return sendPage(reply, nextPage(authorization, session, pending));
+    },
+
+    async signIn(request: FastifyRequest, reply: FastifyReply) {
+      const { session, pending, body } = await verifiedForm(request, false);
+      const authorization = await validate(pending.parameters);
+      const email = (field(body, 'email') ?? '').trim();
+      const password = field(body, 'password') ?? '';
+      const retry = (problem: LoginProblem) => sendPage(reply, loginPage({ applicationName: authorization.application.name, form: formState(session, pending), email, problem }));
+
+      if (email === '' || password === '') {
+        return retry({ kind: 'fields', email: email === '' ? 'Enter your e-mail address.' : undefined, password: password === '' ? 'Enter your password.' : undefined });
+      }
+      const attempt = await throttle.begin(email, request.ip);
+      if (attempt === null) {
+        metrics.logins.inc({ outcome: 'throttled' });
+        throw new TokengateError('TOO_MANY_REQUESTS', { description: 'Too many sign-in attempts. Wait a few minutes, then try again.', detail: 'login throttled' });
+      }
+      let userId: string | null;
+      try {
+        userId = await users.verify(email, password);
+      } catch (error) {
+        metrics.logins.inc({ outcome: 'unavailable' });
+        await attempt.undecided().catch(() => {});
+        throw error;
+      }
+      if (userId === null) {
+        metrics.logins.inc({ outcome: 'failure' });
+        request.log.info({ outcome: 'failure' }, 'login');
+        return retry({ kind: 'credentials' });
+      }
+      metrics.logins.inc({ outcome: 'success' });
+      await attempt.succeeded();
+      // A new session id at login: whoever knew the anonymous one (a planted cookie) gets nothing.
+      await sessions.end(reply, session);
+      await sessions.start(request, reply, { userId, email });
+      return reply.redirect(authorizationPath(pending.parameters), 303);
+    },
+
+    async decide(request: FastifyRequest, reply: FastifyReply) {
+      const { session, pending, body } = await verifiedForm(request, true);
+      if (session.data.userId === null) throw new TokengateError('FORM_EXPIRED', { detail: 'decision without a signed-in user' });
+      // Checked again, not trusted from the GET: the application or its redirect_uri may have gone since.
+      const authorization = await validate(pending.parameters);
+      if (field(body, 'decision') !== 'approve') {
+        throw new AuthorizationRedirectError(new TokengateError('ACCESS_DENIED', { description: 'The user denied the request.' }), authorization.redirectUri, authorization.state);
+      }
+      const code = await issueCode(authorization, session.data.userId);
+      metrics.authorizationResponses.inc({ result: 'code' });
+      return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state }), 303);
+    },
+
+    async switchAccount(request: FastifyRequest, reply: FastifyReply) {
+      const { session, pending } = await verifiedForm(request, false);
+      await sessions.end(reply, session);
+      return reply.redirect(authorizationPath(pending.parameters), 303);
+    },
+
+    /** Errors before the redirect_uri is trusted are pages; after, they go back to the application. */
+    fail(error: Error & { statusCode?: number }, request: FastifyRequest, reply: FastifyReply) {
+      if (error instanceof AuthorizationRedirectError) {
+        metrics.authorizationResponses.inc({ result: error.failure.error });
+        request.log.info({ error: error.failure.error }, 'authorization request answered with an error');
+        const location = redirectUriWith(error.redirectUri, { error: error.failure.error, error_description: error.failure.description, state: error.state });
+        return reply.redirect(location, request.method === 'GET' ? 302 : 303);
+      }
+      const failure = asPageFailure(error);
+      if (failure.code === 'INTERNAL') request.log.error({ err: error }, 'unhandled error');
+      else if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+      return sendPage(reply, errorPage(failure));
+    },
+  };
+
+  async function issueCode(authorization: AuthorizationRequest, userId: string): Promise<string> {
+    const code = minter.mint();
+    const issuedAt = Date.now();
+    const record: AuthorizationCodeRecord = {
+      clientId: authorization.application.clientId,
+      userId,
+      redirectUri: authorization.redirectUri,
+      scopes: authorization.scopes,
+      codeChallenge: authorization.codeChallenge,
+      codeChallengeMethod: authorization.codeChallengeMethod,
+      familyId: randomUUID(),
+      issuedAt,
+      expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
+    };
+    await store.saveAuthorizationCode(tokenDigest(code), record);
+    return code;
+  }
+}
+
+/** A form field's single value; a missing or repeated field is undefined. */
+function field(body: Record<string, unknown>, name: string): string | undefined {
+  const value = body[name];
+  return typeof value === 'string' ? value : undefined;
+}
+
+function asPageFailure(error: Error & { statusCode?: number }): TokengateError {
+  if (isTokengateError(error)) return error;
+  if (error instanceof UserSourceUnavailableError) return new TokengateError('USER_SOURCE_UNAVAILABLE', { detail: error.message });
+  if (error instanceof StoreUnavailableError) return new TokengateError('STORE_UNAVAILABLE', { description: ERRORS.USER_SOURCE_UNAVAILABLE.description, detail: error.message });
+  if (error.statusCode === 413) return new TokengateError('BODY_TOO_LARGE');
+  if (error.statusCode === 415) return new TokengateError('UNSUPPORTED_MEDIA_TYPE', { description: 'This form must be sent as application/x-www-form-urlencoded.' });
+  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) return new TokengateError('INVALID_REQUEST', { description: 'The request is malformed.' });
+  return new TokengateError('INTERNAL');
+}

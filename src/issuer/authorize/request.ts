@@ -1,0 +1,147 @@
+import type { IssuerConfig } from '../../config/schema.js';
+import { TokengateError } from '../../errors.js';
+import type { ApplicationRecord, TokenStore } from '../../store/store.js';
+import { resolveScopes } from '../../token/scope.js';
+
+/**
+ * The authorization request (RFC 6749 4.1.1 with PKCE, RFC 7636), checked in the order RFC 6749
+ * 4.1.2.1 demands: until the client and its redirect_uri are known to be registered, an error is
+ * a page shown to the user (TokengateError); after that, it goes back to the application as
+ * `redirect_uri?error=...` (AuthorizationRedirectError). Never the other way round: redirecting
+ * to an unchecked redirect_uri would make this an open redirector.
+ */
+
+const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method'] as const;
+type ParameterName = (typeof PARAMETERS)[number];
+
+/** The request's parameters as sent, one value each; kept in the session and checked again on approval. */
+export type AuthorizationParameters = Partial<Record<ParameterName, string>>;
+
+export interface AuthorizationRequest {
+  application: ApplicationRecord;
+  redirectUri: string;
+  state: string | undefined;
+  scopes: string[];
+  codeChallenge: string | null;
+  codeChallengeMethod: 'S256' | null;
+  parameters: AuthorizationParameters;
+}
+
+/** An error the application hears about on its (registered) redirect_uri. */
+export class AuthorizationRedirectError extends Error {
+  constructor(
+    readonly failure: TokengateError,
+    readonly redirectUri: string,
+    readonly state: string | undefined,
+  ) {
+    super(failure.description);
+    this.name = 'AuthorizationRedirectError';
+  }
+}
+
+/** RFC 7636 4.2: the S256 challenge is base64url; 43 to 128 characters as for a verifier. */
+const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43,128}$/;
+/** Longer client ids are not ours: refused without a store call. */
+const MAX_CLIENT_ID_LENGTH = 200;
+
+type IssuerSettings = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
+
+export async function validateAuthorizationRequest(query: unknown, store: TokenStore, issuer: IssuerSettings): Promise<AuthorizationRequest> {
+  const { parameters, repeated } = readParameters(query);
+  const application = await registeredApplication(store, parameters.client_id, repeated);
+  const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated);
+  refuseRepeatedParameters(repeated);
+
+  // From here on the redirect_uri is the application's own: errors go back to it.
+  const sendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE' | 'INVALID_SCOPE', description: string) =>
+    new AuthorizationRedirectError(new TokengateError(code, { description }), redirectUri, parameters.state);
+  checkResponseType(parameters.response_type, sendBack);
+  const pkce = checkPkce(parameters, application, sendBack);
+  const scopes = resolveScopes(parameters.scope, application.scopes, issuer.scopes, issuer.defaultScopes);
+  if (!scopes.ok) throw sendBack('INVALID_SCOPE', scopes.reason);
+
+  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, ...pkce, parameters };
+}
+
+type SendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE', description: string) => AuthorizationRedirectError;
+
+/** The known parameters, one value each; empty values count as absent. Unknown parameters are ignored (RFC 6749 3.1). */
+function readParameters(query: unknown): { parameters: AuthorizationParameters; repeated: ParameterName[] } {
+  const source = (typeof query === 'object' && query !== null ? query : {}) as Record<string, unknown>;
+  const parameters: AuthorizationParameters = {};
+  const repeated: ParameterName[] = [];
+  for (const name of PARAMETERS) {
+    const value = source[name];
+    if (Array.isArray(value)) repeated.push(name);
+    else if (typeof value === 'string' && value !== '') parameters[name] = value;
+  }
+  return { parameters, repeated };
+}
+
+async function registeredApplication(store: TokenStore, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
+  if (repeated.includes('client_id')) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id repeated' });
+  if (clientId === undefined) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id missing' });
+  const application = clientId.length <= MAX_CLIENT_ID_LENGTH ? await store.getApplication(clientId) : null;
+  if (application === null) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id unknown' });
+  return application;
+}
+
+/** Exact, character-for-character comparison (RFC 9700 2.1): no prefix, no normalization, no wildcard. */
+function registeredRedirectUri(application: ApplicationRecord, redirectUri: string | undefined, repeated: ParameterName[]): string {
+  if (repeated.includes('redirect_uri')) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri repeated' });
+  if (redirectUri === undefined) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri missing' });
+  if (!application.redirectUris.includes(redirectUri)) throw new TokengateError('INVALID_REDIRECT_URI', { detail: `redirect_uri not registered for ${application.clientId}` });
+  return redirectUri;
+}
+
+/**
+ * RFC 6749 3.1: parameters MUST NOT repeat. A repeated `state` could not be echoed faithfully,
+ * so the page is shown rather than guessing which value the application meant.
+ */
+function refuseRepeatedParameters(repeated: ParameterName[]): void {
+  if (repeated.length > 0) {
+    throw new TokengateError('INVALID_REQUEST', { description: `The application's request repeats the parameter ${repeated.join(', ')}.`, detail: `repeated: ${repeated.join(',')}` });
+  }
+}
+
+function checkResponseType(responseType: string | undefined, sendBack: SendBack): void {
+  if (responseType === undefined) throw sendBack('INVALID_REQUEST', 'The response_type parameter is required.');
+  if (responseType !== 'code') throw sendBack('UNSUPPORTED_RESPONSE_TYPE', 'Only response_type=code is supported.');
+}
+
+/**
+ * Only S256: `plain` (also what a challenge without a method means, RFC 7636 4.3) would give
+ * an eavesdropper on the authorization response the verifier itself. Public clients cannot keep
+ * a secret, so for them PKCE is what binds the code to the client that asked for it.
+ */
+function checkPkce(parameters: AuthorizationParameters, application: ApplicationRecord, sendBack: SendBack): Pick<AuthorizationRequest, 'codeChallenge' | 'codeChallengeMethod'> {
+  const { code_challenge: challenge, code_challenge_method: method } = parameters;
+  if (challenge === undefined) {
+    if (method !== undefined) throw sendBack('INVALID_REQUEST', 'code_challenge_method was given without a code_challenge.');
+    if (!application.confidential) throw sendBack('INVALID_REQUEST', 'This application must use PKCE: code_challenge and code_challenge_method=S256 are required.');
+    return { codeChallenge: null, codeChallengeMethod: null };
+  }
+  if (method !== 'S256') throw sendBack('INVALID_REQUEST', 'code_challenge_method must be S256.');
+  if (!CODE_CHALLENGE.test(challenge)) throw sendBack('INVALID_REQUEST', 'code_challenge must be 43 to 128 characters of base64url.');
+  return { codeChallenge: challenge, codeChallengeMethod: 'S256' };
+}
+
+/**
+ * `redirectUri` with `parameters` appended to its query, keeping the query it already has
+ * (RFC 6749 3.1.2) exactly as registered. A fragment, which a registered URI should not have,
+ * stays at the end where it belongs.
+ */
+export function redirectUriWith(redirectUri: string, parameters: Record<string, string | undefined>): string {
+  const hashAt = redirectUri.indexOf('#');
+  const base = hashAt === -1 ? redirectUri : redirectUri.slice(0, hashAt);
+  const fragment = hashAt === -1 ? '' : redirectUri.slice(hashAt);
+  const added = new URLSearchParams(Object.entries(parameters).filter((entry): entry is [string, string] => entry[1] !== undefined)).toString();
+  if (added === '') return redirectUri;
+  const separator = !base.includes('?') ? '?' : base.endsWith('?') || base.endsWith('&') ? '' : '&';
+  return `${base}${separator}${added}${fragment}`;
+}
+
+/** The query string that starts this request again (after signing in, or switching account). */
+export function authorizationPath(parameters: AuthorizationParameters): string {
+  return `/oauth/authorize?${new URLSearchParams(parameters as Record<string, string>).toString()}`;
+}

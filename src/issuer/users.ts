@@ -1,0 +1,86 @@
+import type { IssuerConfig } from '../config/schema.js';
+import type { TokenStore } from '../store/store.js';
+import { decoyPasswordHash, verifyPassword } from './passwords.js';
+
+/**
+ * Where the authorization page checks e-mail and password. A real deployment has its users
+ * already (the ticketing service's own database, reached over HTTP); operator-created users in
+ * the store serve a stand-alone issuer.
+ */
+export interface UserSource {
+  /**
+   * The user id when the credentials are valid, null when they are not. Throws
+   * UserSourceUnavailableError when the answer is unknown: a broken user service must never
+   * look like a wrong password to the person typing it.
+   */
+  verify(email: string, password: string): Promise<string | null>;
+}
+
+export class UserSourceUnavailableError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UserSourceUnavailableError';
+  }
+}
+
+export function createUserSource(config: Readonly<IssuerConfig['users']>, store: TokenStore): UserSource {
+  return config.source === 'http' ? httpUserSource(config.url, config.timeoutMs) : storeUserSource(store);
+}
+
+function storeUserSource(store: TokenStore): UserSource {
+  return {
+    async verify(email, password) {
+      const user = await store.findUserByEmail(email.toLowerCase());
+      // An unknown e-mail still costs one scrypt run, so response time does not tell which
+      // e-mail addresses have accounts.
+      const valid = await verifyPassword(password, user?.passwordHash ?? (await decoyPasswordHash()));
+      return valid && user !== null ? user.id : null;
+    },
+  };
+}
+
+/** Statuses by which the user service says "these credentials are wrong"; anything else but 200 is a failure of the service. */
+const REJECTED = new Set([401, 403, 404]);
+
+function httpUserSource(url: string, timeoutMs: number): UserSource {
+  return {
+    async verify(email, password) {
+      let response: Response;
+      try {
+        response = await fetch(url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', accept: 'application/json' },
+          body: JSON.stringify({ email, password }),
+          redirect: 'error',
+          signal: AbortSignal.timeout(timeoutMs),
+        });
+      } catch (error) {
+        throw new UserSourceUnavailableError(`user service unreachable: ${(error as Error).name}`, { cause: error });
+      }
+      if (REJECTED.has(response.status)) {
+        await response.body?.cancel();
+        return null;
+      }
+      if (response.status !== 200) {
+        await response.body?.cancel();
+        throw new UserSourceUnavailableError(`user service answered ${response.status}`);
+      }
+      const id = await readUserId(response);
+      if (id === null) throw new UserSourceUnavailableError('user service answered 200 without a usable "id"');
+      return id;
+    },
+  };
+}
+
+async function readUserId(response: Response): Promise<string | null> {
+  let body: unknown;
+  try {
+    body = await response.json();
+  } catch {
+    return null;
+  }
+  const id = typeof body === 'object' && body !== null ? (body as { id?: unknown }).id : undefined;
+  if (typeof id === 'string' && id.length > 0) return id;
+  if (typeof id === 'number' && Number.isSafeInteger(id)) return String(id);
+  return null;
+}

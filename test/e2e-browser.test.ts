@@ -1,0 +1,161 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tokenDigest } from '../src/token/token-value.js';
+import { application, authorizePath, createUser, startIssuer, type RunningIssuer } from './support/issuer.js';
+
+/**
+ * The authorization code flow in a real browser (headless Chromium, JavaScript switched off, as
+ * the pages must work without it): sign-in page, a wrong password, consent, and the redirect
+ * to a real callback server, whose code is then shown to be good.
+ */
+
+const CHROMIUM = process.env.TOKENGATE_TEST_CHROMIUM ?? '/usr/bin/chromium';
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-quic', '--no-first-run', '--disable-component-update', '--disable-sync'];
+const EMAIL = 'fan@example.com';
+const PASSWORD = 'front row seats';
+const CLIENT_ID = 'e2e-tickets';
+const SCREENSHOTS = { login: '/tmp/tokengate-login.png', loginError: '/tmp/tokengate-login-error.png', consent: '/tmp/tokengate-consent.png' };
+
+/** The application's side: a callback server on a free port that records what it receives. */
+interface Callback {
+  server: Server;
+  redirectUri: string;
+  received: URLSearchParams[];
+}
+
+async function startCallback(): Promise<Callback> {
+  const received: URLSearchParams[] = [];
+  const server = createServer((request, response) => {
+    const url = new URL(request.url ?? '/', 'http://callback');
+    if (url.pathname === '/callback') received.push(url.searchParams);
+    response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end('<!doctype html><title>Signed in</title><p>You are signed in.</p>');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, redirectUri: `http://127.0.0.1:${(server.address() as AddressInfo).port}/callback`, received };
+}
+
+interface CodeGrant {
+  clientId: string;
+  userId: string;
+  redirectUri: string;
+  codeChallenge: string | null;
+}
+
+/**
+ * Proves a code the browser brought back is good, the way the application would use it: at
+ * the token endpoint when this build has one (PKCE verifier, public client), otherwise by
+ * redeeming it directly in the store. Either way it answers what the code was issued for.
+ */
+async function redeemCode(issuer: RunningIssuer, code: string, redirectUri: string, verifier: string): Promise<CodeGrant> {
+  if (!issuer.tokengate.app.hasRoute({ method: 'POST', url: '/oauth/token' })) {
+    const consumed = await issuer.store.consumeAuthorizationCode(tokenDigest(code));
+    if (consumed === null || !consumed.firstUse) throw new Error('the code is unknown or was used before');
+    const record = consumed.record;
+    expect(record.codeChallenge).toBe(createHash('sha256').update(verifier).digest('base64url'));
+    return { clientId: record.clientId, userId: record.userId, redirectUri: record.redirectUri, codeChallenge: record.codeChallenge };
+  }
+  const response = await fetch(new URL('/oauth/token', issuer.baseUrl), {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: redirectUri, client_id: CLIENT_ID, code_verifier: verifier }),
+  });
+  expect(response.status).toBe(200);
+  const tokens = (await response.json()) as { access_token: string; token_type: string; refresh_token?: string };
+  expect(tokens.token_type).toBe('Bearer');
+  expect(tokens.refresh_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  const accessToken = await issuer.store.getAccessToken(tokenDigest(tokens.access_token));
+  if (accessToken === null || accessToken.userId === null) throw new Error('the issued access token is not in the store');
+  return { clientId: accessToken.clientId, userId: accessToken.userId, redirectUri, codeChallenge: createHash('sha256').update(verifier).digest('base64url') };
+}
+
+describe('authorization code flow in headless Chromium', () => {
+  let issuer: RunningIssuer;
+  let callback: Callback;
+  let browser: BrowserContext;
+  let profile: string;
+
+  beforeAll(async () => {
+    callback = await startCallback();
+    issuer = await startIssuer({ label: 'e2e-browser' });
+    await issuer.store.putApplication(application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }));
+    await createUser(issuer.store, 'user-fan', EMAIL, PASSWORD);
+    profile = await mkdtemp(join(tmpdir(), 'tokengate-chromium-'));
+    browser = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, javaScriptEnabled: false, viewport: { width: 1024, height: 760 } });
+  }, 60_000);
+
+  afterAll(async () => {
+    await browser?.close();
+    if (profile) await rm(profile, { recursive: true, force: true });
+    await issuer?.close();
+    callback?.server.closeAllConnections();
+    await new Promise((resolve) => callback?.server.close(resolve));
+  });
+
+  it('signs in, consents and lands on the callback with a code and the state', async () => {
+    const page = await browser.newPage();
+    const consoleErrors: string[] = [];
+    page.on('console', (message) => {
+      if (message.type() === 'error') consoleErrors.push(message.text());
+    });
+    const verifier = randomBytes(32).toString('base64url');
+    const state = randomBytes(8).toString('hex');
+    const query = { client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', state, code_challenge: createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256' };
+
+    await page.goto(`${issuer.baseUrl}${authorizePath(query)}`);
+    expect(await page.title()).toBe('Sign in · Ticketing');
+    await expect.poll(() => page.locator('#email:focus').count()).toBe(1);
+    await page.screenshot({ path: SCREENSHOTS.login, fullPage: true });
+
+    await page.getByLabel('E-mail address').fill(EMAIL);
+    await page.getByLabel('Password').fill('not my password');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await expect.poll(() => page.getByRole('alert').textContent()).toBe('The e-mail or password is incorrect.');
+    expect(await page.getByLabel('E-mail address').inputValue()).toBe(EMAIL);
+    expect(await page.getByLabel('Password').inputValue()).toBe('');
+    await page.screenshot({ path: SCREENSHOTS.loginError, fullPage: true });
+
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await expect.poll(() => page.getByRole('heading', { level: 1 }).textContent()).toBe('Festival Tickets wants to access your Ticketing account');
+    expect(await page.getByRole('listitem').allTextContents()).toEqual(['See your profile and manage your tickets']);
+    await page.screenshot({ path: SCREENSHOTS.consent, fullPage: true });
+
+    await Promise.all([page.waitForURL((url) => url.href.startsWith(callback.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
+    expect(callback.received).toHaveLength(1);
+    const answer = callback.received[0]!;
+    expect(answer.get('state')).toBe(state);
+    const code = answer.get('code')!;
+    expect(code).toMatch(/^[A-Za-z0-9_-]{43}$/);
+
+    expect(await redeemCode(issuer, code, callback.redirectUri, verifier)).toEqual({ clientId: CLIENT_ID, userId: 'user-fan', redirectUri: callback.redirectUri, codeChallenge: query.code_challenge });
+    // No CSP violation (the stylesheet hash holds, form-action let the redirect through), no other error.
+    expect(consoleErrors).toEqual([]);
+    await page.close();
+  }, 60_000);
+
+  it('cannot be framed by another site', async () => {
+    const page = await browser.newPage();
+    const framer = createServer((_request, response) => {
+      response.writeHead(200, { 'content-type': 'text/html' }).end(`<!doctype html><iframe name="victim" src="${issuer.baseUrl}${authorizePath({ client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', code_challenge: 'a'.repeat(43), code_challenge_method: 'S256' })}"></iframe>`);
+    });
+    await new Promise<void>((resolve) => framer.listen(0, '127.0.0.1', resolve));
+    try {
+      // goto waits for the load event, which waits for the frame.
+      await page.goto(`http://127.0.0.1:${(framer.address() as AddressInfo).port}/`);
+      const frame = page.frame({ name: 'victim' });
+      expect(frame).not.toBeNull();
+      // Chromium replaced the framed document by its blocked-page placeholder: no sign-in form in it.
+      expect(await frame!.content()).not.toContain('<form');
+    } finally {
+      await page.close();
+      framer.closeAllConnections();
+      await new Promise((resolve) => framer.close(resolve));
+    }
+  }, 30_000);
+});

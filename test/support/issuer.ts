@@ -1,0 +1,145 @@
+import { stringify } from 'yaml';
+import { buildTokengate, type Tokengate } from '../../src/app.js';
+import { parseConfig } from '../../src/config/load.js';
+import { hashPassword } from '../../src/issuer/passwords.js';
+import type { ApplicationRecord, TokenStore } from '../../src/store/store.js';
+import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
+
+/**
+ * A running tokengate (public listener on a free port) over a real Redis under its own prefix,
+ * with applications and a user to sign in with.
+ */
+export interface RunningIssuer {
+  tokengate: Tokengate;
+  store: TokenStore;
+  baseUrl: string;
+  prefix: string;
+  close(): Promise<void>;
+}
+
+export interface IssuerOptions {
+  /** Key prefix; give another issuer's prefix to run a second sidecar on the same data. */
+  prefix?: string;
+  label?: string;
+  issuer?: Record<string, unknown>;
+  server?: Record<string, unknown>;
+}
+
+export async function startIssuer(options: IssuerOptions = {}): Promise<RunningIssuer> {
+  const ownsPrefix = options.prefix === undefined;
+  const prefix = options.prefix ?? uniquePrefix(options.label ?? 'issuer');
+  const text = stringify({
+    server: { host: '127.0.0.1', port: 0, ...options.server },
+    admin: { host: '127.0.0.1', port: 0 },
+    issuer: { issuerUrl: 'http://127.0.0.1', ...options.issuer },
+    logging: { level: 'silent' },
+  });
+  const config = parseConfig(text, 'test config');
+  const store = createTestRedisStore(prefix);
+  const tokengate = await buildTokengate(config, { store });
+  const baseUrl = await tokengate.app.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    tokengate,
+    store,
+    baseUrl,
+    prefix,
+    async close() {
+      await tokengate.close();
+      await store.close();
+      if (ownsPrefix) await deletePrefix(prefix);
+    },
+  };
+}
+
+export function application(overrides: Partial<ApplicationRecord> = {}): ApplicationRecord {
+  return {
+    clientId: 'box-office',
+    name: 'Box Office',
+    secretDigest: 'not-used-here',
+    redirectUris: ['https://app.example/cb'],
+    scopes: ['public'],
+    confidential: true,
+    createdAt: Date.now(),
+    ...overrides,
+  };
+}
+
+export async function createUser(store: TokenStore, id: string, email: string, password: string): Promise<void> {
+  const created = await store.createUser({ id, email: email.toLowerCase(), passwordHash: await hashPassword(password), createdAt: Date.now() });
+  if (!created) throw new Error(`user ${email} exists already`);
+}
+
+export interface PageResponse {
+  status: number;
+  headers: Headers;
+  text: string;
+  /** The Location header, if any. */
+  location: string | null;
+}
+
+/**
+ * A browser stand-in over real HTTP: keeps the cookies it is given (per name, as a browser
+ * would for one path), never follows redirects by itself, reads hidden form fields.
+ */
+export class FormClient {
+  readonly cookies = new Map<string, string>();
+
+  constructor(
+    readonly baseUrl: string,
+    private readonly extraHeaders: Record<string, string> = {},
+  ) {}
+
+  async get(path: string): Promise<PageResponse> {
+    return this.send(path, { method: 'GET' });
+  }
+
+  async post(path: string, form: Record<string, string | string[]>): Promise<PageResponse> {
+    const body = new URLSearchParams();
+    for (const [name, value] of Object.entries(form)) for (const item of [value].flat()) body.append(name, item);
+    return this.send(path, { method: 'POST', body, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+  }
+
+  /** Follows a same-site redirect the way a browser would (303 -> GET). */
+  async follow(response: PageResponse): Promise<PageResponse> {
+    if (response.location === null) throw new Error(`no redirect (status ${response.status})`);
+    const target = new URL(response.location, this.baseUrl);
+    if (target.origin !== new URL(this.baseUrl).origin) throw new Error(`redirect leaves the site: ${response.location}`);
+    return this.get(target.pathname + target.search);
+  }
+
+  cookieHeader(): string {
+    return [...this.cookies].map(([name, value]) => `${name}=${value}`).join('; ');
+  }
+
+  private async send(path: string, init: RequestInit): Promise<PageResponse> {
+    const headers = new Headers({ ...this.extraHeaders, ...(init.headers as Record<string, string> | undefined) });
+    if (this.cookies.size > 0) headers.set('cookie', this.cookieHeader());
+    const response = await fetch(new URL(path, this.baseUrl), { ...init, headers, redirect: 'manual' });
+    for (const line of response.headers.getSetCookie()) {
+      const [pair] = line.split(';');
+      const [name, ...rest] = pair!.split('=');
+      const value = rest.join('=');
+      if (/expires=Thu, 01 Jan 1970/i.test(line) || /max-age=0/i.test(line) || value === '') this.cookies.delete(name!.trim());
+      else this.cookies.set(name!.trim(), value);
+    }
+    return { status: response.status, headers: response.headers, text: await response.text(), location: response.headers.get('location') };
+  }
+}
+
+/** The value of a hidden input in a page. */
+export function hiddenField(html: string, name: string): string {
+  const match = new RegExp(`<input type="hidden" name="${name}" value="([^"]*)">`).exec(html);
+  if (match === null) throw new Error(`no hidden field ${name} in the page`);
+  return match[1]!;
+}
+
+/** The form fields a page's form (by action) carries, hidden ones included. */
+export function formFields(html: string): { csrf_token: string; request_id: string } {
+  return { csrf_token: hiddenField(html, 'csrf_token'), request_id: hiddenField(html, 'request_id') };
+}
+
+export function authorizePath(parameters: Record<string, string | string[]>): string {
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(parameters)) for (const item of [value].flat()) query.append(name, item);
+  return `/oauth/authorize?${query.toString()}`;
+}
