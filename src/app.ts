@@ -37,7 +37,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const ownsStore = options.store === undefined;
   const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
   const metrics = createMetrics();
-  const cache = config.cache.enabled ? await cached(store, config.cache, metrics) : null;
+  const cache = config.cache.enabled ? cached(store, config.cache, metrics) : null;
   const context: TokengateContext = {
     config,
     store: cache ?? store,

@@ -38,7 +38,8 @@ interface Sidecar {
 async function sidecar(config: Partial<CacheConfig> = {}): Promise<Sidecar> {
   const counted = counting(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }));
   const metrics = createMetrics();
-  const cache = await cached(counted.store, { ...defaults, ...config }, metrics);
+  const cache = cached(counted.store, { ...defaults, ...config }, metrics);
+  await cache.subscribed;
   opened.push(cache);
   return { cache, metrics, storeCalls: counted.calls };
 }
@@ -192,6 +193,26 @@ describe('token cache: Redis outages', () => {
     expect(Math.max(...seen.map((each) => each.ms))).toBeLessThan(COMMAND_TIMEOUT_MS + MARGIN_MS);
     expect(seen.filter((each) => each.phase === 'back' && each.token === 'cached').at(-1)?.answer).toBe('valid');
     expect(await valueOf(gateway.metrics.storeUp)).toBe(1);
+  });
+
+  it('starts while Redis is down without waiting for it, and caches once it is up', async () => {
+    await redis.kill();
+    const metrics = createMetrics();
+    const cache = cached(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }), defaults, metrics);
+    opened.push(cache);
+    const digest = newDigest();
+    const first = await outcome(cache.getAccessToken(digest));
+    expect(first.answer).toBe('unavailable');
+    expect(first.ms).toBeLessThan(COMMAND_TIMEOUT_MS + MARGIN_MS);
+    expect(await valueOf(metrics.revocationFeedUp)).toBe(0);
+
+    await redis.restart();
+    await cache.subscribed;
+    expect(await valueOf(metrics.revocationFeedUp)).toBe(1);
+    await cache.saveAccessToken(digest, accessToken());
+    expect(await cache.getAccessToken(digest)).not.toBeNull();
+    expect(await cache.getAccessToken(digest)).not.toBeNull();
+    expect(await valueOf(metrics.cacheHits)).toBe(1);
   });
 
   it('answers within the command timeout when Redis hangs (connection open, no replies)', async () => {

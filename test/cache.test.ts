@@ -33,7 +33,8 @@ const opened: CachedTokenStore[] = [];
 async function sidecar(config: Partial<CacheConfig> = {}, wrap: (store: TokenStore) => TokenStore = (store) => store): Promise<Sidecar> {
   const counted = counting(createTestRedisStore(prefix));
   const metrics = createMetrics();
-  const cache = await cached(wrap(counted.store), { ...defaults, ...config }, metrics);
+  const cache = cached(wrap(counted.store), { ...defaults, ...config }, metrics);
+  await cache.subscribed;
   opened.push(cache);
   return { cache, metrics, storeCalls: counted.calls };
 }

@@ -57,8 +57,9 @@ const openRedis = async (): Promise<StoreUnderTest> => {
 /** The token cache is a store too, and must keep every promise of the store it wraps. */
 const withCache = (open: () => Promise<StoreUnderTest>) => async (): Promise<StoreUnderTest> => {
   const inner = await open();
-  const store = await cached(inner.store, cacheConfig, createMetrics());
-  const peer = inner.peer === inner.store ? store : await cached(inner.peer, cacheConfig, createMetrics());
+  const store = cached(inner.store, cacheConfig, createMetrics());
+  const peer = inner.peer === inner.store ? store : cached(inner.peer, cacheConfig, createMetrics());
+  await Promise.all([store.subscribed, peer.subscribed]);
   return {
     store,
     peer,

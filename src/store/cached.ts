@@ -16,14 +16,12 @@ import {
 } from './store.js';
 
 /**
- * Opens the token cache in front of `store` and subscribes it to the revocation feed; the
- * result is itself a TokenStore. Like opening the store, this waits until the subscription is
- * up, so a cache never starts out deaf to revocations.
+ * Puts the token cache in front of `store`; the result is itself a TokenStore. It subscribes to
+ * the revocation feed in the background: until that is up (Redis may be down at start) it
+ * reads every token from the store, as it does whenever the feed is down.
  */
-export async function cached(store: TokenStore, config: CacheConfig, metrics: Metrics): Promise<CachedTokenStore> {
-  const cache = new CachedTokenStore(store, config, metrics);
-  await cache.subscribe();
-  return cache;
+export function cached(store: TokenStore, config: CacheConfig, metrics: Metrics): CachedTokenStore {
+  return new CachedTokenStore(store, config, metrics);
 }
 
 interface CachedToken {
@@ -76,7 +74,10 @@ export class CachedTokenStore implements TokenStore {
   private readonly negativeTtlMs: number;
   private readonly staleMs: number;
   private feedUp = false;
+  private stopped = false;
   private unsubscribe: (() => Promise<void>) | null = null;
+  /** Resolves once revocations from every sidecar arrive (or the store closed first). */
+  readonly subscribed: Promise<void>;
 
   // Metric children bound once: a cache hit costs one counter increment.
   private readonly validEntries;
@@ -104,24 +105,32 @@ export class CachedTokenStore implements TokenStore {
     this.storeFailed = metrics.storeDuration.labels('error');
     this.countEntries();
     this.setFeedUp(false);
+    this.subscribed = this.subscribe();
   }
 
   get driver(): TokenStore['driver'] {
     return this.store.driver;
   }
 
-  /** Starts listening to revocations from every sidecar (cached() does it). */
-  async subscribe(): Promise<void> {
-    this.unsubscribe = await this.store.subscribeRevocations({
-      onRevoked: (event) => this.dropRevoked(event),
-      onInterrupted: () => this.setFeedUp(false),
-      onReset: () => this.reset(),
-    });
+  private async subscribe(): Promise<void> {
+    const unsubscribe = await this.store
+      .subscribeRevocations({
+        onRevoked: (event) => this.dropRevoked(event),
+        onInterrupted: () => this.setFeedUp(false),
+        onReset: () => this.reset(),
+      })
+      .catch(() => null); // the store was closed before the subscription came up
+    if (unsubscribe === null) return;
+    if (this.stopped) return unsubscribe();
+    this.unsubscribe = unsubscribe;
+    // What was read before the subscription was up may have been revoked since, unheard.
+    this.clear();
     this.setFeedUp(true);
   }
 
   /** Stops listening and empties the cache; the store stays open (its owner closes it). */
   async stop(): Promise<void> {
+    this.stopped = true;
     const unsubscribe = this.unsubscribe;
     this.unsubscribe = null;
     this.setFeedUp(false);
@@ -372,6 +381,9 @@ export class CachedTokenStore implements TokenStore {
   }
   incrementCounter(key: string, windowMs: number): Promise<number> {
     return this.store.incrementCounter(key, windowMs);
+  }
+  decrementCounter(key: string): Promise<void> {
+    return this.store.decrementCounter(key);
   }
   resetCounter(key: string): Promise<void> {
     return this.store.resetCounter(key);

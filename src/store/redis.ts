@@ -152,9 +152,8 @@ export class RedisStore implements TokenStore {
 
   async close(): Promise<void> {
     // Forgotten first, so their closing is not reported to the feeds as an interruption.
-    const subscribers = [...this.subscribers];
+    for (const subscriber of this.subscribers) closeSubscriber(subscriber);
     this.subscribers.clear();
-    await Promise.all(subscribers.map((subscriber) => subscriber.quit().catch(() => subscriber.disconnect())));
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 
@@ -312,7 +311,7 @@ export class RedisStore implements TokenStore {
     await this.run(subscriber.subscribe(this.channel));
     return async () => {
       this.subscribers.delete(subscriber);
-      await subscriber.quit().catch(() => subscriber.disconnect());
+      closeSubscriber(subscriber);
     };
   }
 
@@ -373,6 +372,14 @@ export class RedisStore implements TokenStore {
       throw new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
     }
   }
+}
+
+/**
+ * Disconnects at once: a subscriber has nothing to finish, and QUIT would wait for ever behind
+ * a SUBSCRIBE queued while Redis was unreachable (its queue has no retry limit).
+ */
+function closeSubscriber(subscriber: Redis): void {
+  subscriber.disconnect();
 }
 
 function parse<T>(value: string | null): T | null {
