@@ -2,8 +2,10 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
+import { registerAdmin } from './admin/index.js';
 import { TokengateError, isTokengateError } from './errors.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
+import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
@@ -63,10 +65,12 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
   await registerHealth(ops, context);
+  await registerAdmin(ops, context);
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
   if (config.issuer.enabled) await registerAuthorization(app, context);
+  if (config.issuer.enabled) await registerIssuer(app, context);
 
   let closed = false;
   return {

@@ -36,6 +36,7 @@ export const ERRORS = {
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
   CONFLICT: { status: 409, error: 'conflict', description: 'The resource already exists.' },
+  RESOURCE_NOT_FOUND: { status: 404, error: 'not_found', description: 'The requested resource does not exist.' },
   INTERNAL: { status: 500, error: 'server_error', description: 'The server encountered an unexpected condition.' },
 } as const satisfies Record<string, { status: number; error: string; description: string }>;
 
@@ -80,4 +81,24 @@ export function isTokengateError(value: unknown): value is TokengateError {
 /** Quotes a value for an RFC 7235 auth-param (`realm="..."`). */
 export function quoteAuthParam(value: string): string {
   return `"${value.replace(/["\\]/g, '\\$&')}"`;
+}
+
+/**
+ * The `WWW-Authenticate` challenge a refusal carries, if any: Basic for failed client
+ * authentication (RFC 6749 section 5.2), Bearer for access tokens (RFC 6750 section 3; no error
+ * code when no token was presented at all) and for the admin token.
+ */
+export function authenticateChallenge(failure: TokengateError, realm: string): string | undefined {
+  const quotedRealm = quoteAuthParam(realm);
+  switch (failure.code) {
+    case 'INVALID_CLIENT':
+      return `Basic realm=${quotedRealm}`;
+    case 'TOKEN_MISSING':
+    case 'ADMIN_UNAUTHORIZED':
+      return `Bearer realm=${quotedRealm}`;
+    case 'INVALID_TOKEN':
+      return `Bearer realm=${quotedRealm}, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
+    default:
+      return undefined;
+  }
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { buildTokengate } from './app.js';
+import { parseArgs } from 'node:util';
+import { ADMIN_COMMANDS } from './cli/admin-commands.js';
+import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { StartupError } from './store/open-store.js';
 
@@ -12,21 +13,6 @@ import { StartupError } from './store/open-store.js';
  * trace only with --debug or TOKENGATE_DEBUG=1.
  */
 
-const DEFAULT_CONFIG = 'config/tokengate.yaml';
-
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
-
-interface Command {
-  summary: string;
-  usage: string;
-  options: NonNullable<ParseArgsConfig['options']>;
-  run(values: Record<string, string | boolean | undefined>, positionals: string[]): Promise<number>;
-}
-
-const configOption = { config: { type: 'string', short: 'c', default: process.env.TOKENGATE_CONFIG ?? DEFAULT_CONFIG } } as const;
-
 export const COMMANDS: Record<string, Command> = {
   serve: {
     summary: 'Start the issuer, the gateway and the ops listener.',
@@ -34,6 +20,8 @@ export const COMMANDS: Record<string, Command> = {
     options: configOption,
     async run(values) {
       const config = loadConfigFile(String(values.config));
+      // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
+      const { buildTokengate } = await import('./app.js');
       const tokengate = await buildTokengate(config);
       const log = tokengate.context.log;
       const { publicUrl, opsUrl } = await tokengate.listen();
@@ -68,6 +56,7 @@ export const COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
+  ...ADMIN_COMMANDS,
 };
 
 function help(): string {
@@ -100,7 +89,7 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(`${command.usage}\n\n${command.summary}\n`);
       return 0;
     }
-    return await command.run(parsed.values as Record<string, string | boolean | undefined>, parsed.positionals);
+    return await command.run(parsed.values as OptionValues, parsed.positionals);
   } catch (error) {
     return reportFailure(error, debug);
   }
@@ -115,6 +104,10 @@ function reportFailure(error: unknown, debug: boolean): number {
   if (error instanceof UsageError) {
     process.stderr.write(`tokengate: ${error.message}\n`);
     return 2;
+  }
+  if (error instanceof CommandError) {
+    process.stderr.write(`tokengate: ${error.message}\n`);
+    return 1;
   }
   if (error instanceof StartupError) {
     process.stderr.write(`tokengate: cannot start: ${error.message}\n`);

@@ -48,18 +48,10 @@ interface CodeGrant {
 }
 
 /**
- * Proves a code the browser brought back is good, the way the application would use it: at
- * the token endpoint when this build has one (PKCE verifier, public client), otherwise by
- * redeeming it directly in the store. Either way it answers what the code was issued for.
+ * Proves a code the browser brought back is good, the way the application uses it: exchanged
+ * at the token endpoint with the PKCE verifier (public client), for tokens the store holds.
  */
 async function redeemCode(issuer: RunningIssuer, code: string, redirectUri: string, verifier: string): Promise<CodeGrant> {
-  if (!issuer.tokengate.app.hasRoute({ method: 'POST', url: '/oauth/token' })) {
-    const consumed = await issuer.store.consumeAuthorizationCode(tokenDigest(code));
-    if (consumed === null || !consumed.firstUse) throw new Error('the code is unknown or was used before');
-    const record = consumed.record;
-    expect(record.codeChallenge).toBe(createHash('sha256').update(verifier).digest('base64url'));
-    return { clientId: record.clientId, userId: record.userId, redirectUri: record.redirectUri, codeChallenge: record.codeChallenge };
-  }
   const response = await fetch(new URL('/oauth/token', issuer.baseUrl), {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },

@@ -8,8 +8,8 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, description?: string) =>
   Type.Object(properties, { additionalProperties: false, default: {}, ...(description ? { description } : {}) });
 
-const Seconds = (defaultValue: number, description: string) =>
-  Type.Integer({ minimum: 0, default: defaultValue, description });
+const Seconds = (defaultValue: number, description: string, minimum = 0) =>
+  Type.Integer({ minimum, default: defaultValue, description });
 const Milliseconds = (defaultValue: number, description: string) =>
   Type.Integer({ minimum: 1, default: defaultValue, description });
 const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
@@ -52,10 +52,10 @@ export const IssuerSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Serve the OAuth endpoints on the public listener. A pure gateway sidecar sets false.' }),
   issuerUrl: Type.String({ default: 'http://localhost:8080', description: 'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs).' }),
   tokenTagKey: Type.String({ default: '', description: 'base64url key (32+ bytes) that tags minted tokens. Empty: created once and shared through the store.' }),
-  accessTokenTtl: Seconds(7200, 'Access token lifetime in seconds (`expires_in`).'),
-  refreshTokenTtl: Seconds(2_592_000, 'Refresh token lifetime in seconds.'),
-  authorizationCodeTtl: Seconds(600, 'Authorization code lifetime in seconds.'),
-  sessionTtl: Seconds(3600, 'Login session lifetime on the authorization page, in seconds.'),
+  accessTokenTtl: Seconds(7200, 'Access token lifetime in seconds (`expires_in`).', 1),
+  refreshTokenTtl: Seconds(2_592_000, 'Refresh token lifetime in seconds.', 1),
+  authorizationCodeTtl: Seconds(600, 'Authorization code lifetime in seconds.', 1),
+  sessionTtl: Seconds(3600, 'Login session lifetime on the authorization page, in seconds.', 1),
   scopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes this issuer knows.' }),
   defaultScopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes granted when a request names none.' }),
   serviceName: Type.String({ minLength: 1, default: 'Ticketing', description: 'Name of the service shown on the sign-in and consent pages ("Sign in to ...").' }),
@@ -67,7 +67,7 @@ export const IssuerSchema = closed({
   loginThrottle: closed({
     maxAttemptsPerAccount: Type.Integer({ minimum: 1, default: 5, description: 'Failed logins per account in one window before the account is throttled.' }),
     maxAttemptsPerAddress: Type.Integer({ minimum: 1, default: 20, description: 'Failed logins per client address in one window before the address is throttled.' }),
-    windowSeconds: Seconds(900, 'Window of the login throttle, in seconds.'),
+    windowSeconds: Seconds(900, 'Window of the login throttle, in seconds.', 1),
   }),
 });
 

@@ -1,0 +1,66 @@
+import { randomBytes } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { TokengateError } from '../errors.js';
+import { clientSecretDigest } from '../issuer/client-auth.js';
+import type { ApplicationRecord } from '../store/store.js';
+import { readApplicationInput } from './validate.js';
+
+/** An application as the admin API shows it: never its secret, not even the digest. */
+export interface ApplicationView {
+  client_id: string;
+  name: string;
+  confidential: boolean;
+  redirect_uris: string[];
+  scopes: string[];
+  created_at: string;
+}
+
+function view(application: ApplicationRecord): ApplicationView {
+  return {
+    client_id: application.clientId,
+    name: application.name,
+    confidential: application.confidential,
+    redirect_uris: application.redirectUris,
+    scopes: application.scopes,
+    created_at: new Date(application.createdAt).toISOString(),
+  };
+}
+
+/** 32 random bytes, base64url: the shape of the ticketing service's (Doorkeeper's) uids and secrets. */
+const randomCredential = () => randomBytes(32).toString('base64url');
+
+export function registerApplicationRoutes(scope: FastifyInstance, context: TokengateContext): void {
+  scope.post('/applications', async function createApplication(request, reply) {
+    const input = readApplicationInput(request.body, context.config.issuer);
+    const clientSecret = input.confidential ? randomCredential() : null;
+    const application: ApplicationRecord = {
+      clientId: randomCredential(),
+      name: input.name,
+      secretDigest: clientSecret === null ? null : clientSecretDigest(clientSecret),
+      redirectUris: input.redirectUris,
+      scopes: input.scopes,
+      confidential: input.confidential,
+      createdAt: Date.now(),
+    };
+    await context.store.putApplication(application);
+    request.log.info({ clientId: application.clientId, confidential: application.confidential }, 'application created');
+    // The only time the secret is shown: the store keeps its digest alone.
+    const { client_id, ...rest } = view(application);
+    return reply.code(201).send({ client_id, ...(clientSecret === null ? {} : { client_secret: clientSecret }), ...rest });
+  });
+
+  scope.get('/applications', async function listApplications() {
+    const applications = await context.store.listApplications();
+    return { applications: applications.sort((a, b) => a.createdAt - b.createdAt).map(view) };
+  });
+
+  scope.delete<{ Params: { clientId: string } }>('/applications/:clientId', async function deleteApplication(request) {
+    const { clientId } = request.params;
+    if (!(await context.store.deleteApplication(clientId))) {
+      throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
+    }
+    request.log.info({ clientId }, 'application deleted, its tokens revoked');
+    return { client_id: clientId, deleted: true };
+  });
+}

@@ -1,0 +1,13 @@
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { readRevocationTarget } from './validate.js';
+
+export function registerTokenRoutes(scope: FastifyInstance, context: TokengateContext): void {
+  /** Every access and refresh token of one user (all applications) or of one application (all users). */
+  scope.post('/tokens/revoke', async function revokeTokens(request) {
+    const target = readRevocationTarget(request.body);
+    const revoked = 'userId' in target ? await context.store.revokeUserTokens(target.userId) : await context.store.revokeClientTokens(target.clientId);
+    request.log.info({ ...target, revoked }, 'tokens revoked by the operator');
+    return { revoked };
+  });
+}

@@ -1,0 +1,120 @@
+import { TokengateError } from '../errors.js';
+import type { IssuerConfig } from '../config/schema.js';
+import { isScopeToken } from '../token/scope.js';
+
+/**
+ * Input checks of the admin API. Each refusal is a 400 `invalid_request` whose description
+ * names the field and what it needs, so the CLI can print it as it is.
+ */
+
+export interface ApplicationInput {
+  name: string;
+  redirectUris: string[];
+  scopes: string[];
+  confidential: boolean;
+}
+
+export interface UserInput {
+  email: string;
+  password: string;
+}
+
+export type RevocationTarget = { userId: string } | { clientId: string };
+
+export const MIN_PASSWORD_LENGTH = 8;
+/** scrypt's cost does not grow with the password, but there is no reason to accept a novel. */
+const MAX_PASSWORD_LENGTH = 1024;
+const MAX_NAME_LENGTH = 100;
+const MAX_URI_LENGTH = 2000;
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+const CONTROL_OR_SPACE = /[\s\x00-\x1f\x7f]/;
+
+export function readApplicationInput(body: unknown, issuer: Pick<IssuerConfig, 'scopes' | 'defaultScopes'>): ApplicationInput {
+  const fields = asObject(body);
+  const name = requiredString(fields, 'name').trim();
+  if (name === '' || name.length > MAX_NAME_LENGTH || /[\x00-\x1f\x7f]/.test(name)) {
+    throw invalid(`name must be 1 to ${MAX_NAME_LENGTH} printable characters`);
+  }
+  const redirectUris = stringList(fields, 'redirect_uris') ?? [];
+  if (redirectUris.length === 0) throw invalid('redirect_uris must list at least one callback URL');
+  for (const uri of redirectUris) {
+    const problem = redirectUriProblem(uri);
+    if (problem !== null) throw invalid(`redirect_uris: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
+  }
+  const scopes = stringList(fields, 'scopes') ?? [...issuer.defaultScopes];
+  if (scopes.length === 0) throw invalid('scopes must list at least one scope (or be left out for the issuer\'s default scopes)');
+  const unknown = scopes.filter((scope) => !isScopeToken(scope) || !issuer.scopes.includes(scope));
+  if (unknown.length > 0) throw invalid(`scopes: unknown scope ${unknown.map((scope) => JSON.stringify(scope)).join(', ')} (this issuer knows: ${issuer.scopes.join(' ')})`);
+  const confidential = fields.confidential ?? true;
+  if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
+  return { name, redirectUris: [...new Set(redirectUris)], scopes: [...new Set(scopes)], confidential };
+}
+
+/**
+ * Redirect URIs are compared exactly at /oauth/authorize and /oauth/token, so they are checked
+ * once here: absolute, https (or http on the loopback for development, RFC 8252 section 7.3), no
+ * fragment (RFC 6749 section 3.1.2), no credentials, nothing a URL parser would silently strip.
+ */
+export function redirectUriProblem(value: string): string | null {
+  if (value.length > MAX_URI_LENGTH) return `is longer than ${MAX_URI_LENGTH} characters`;
+  if (CONTROL_OR_SPACE.test(value)) return 'must not contain spaces or control characters';
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return 'is not an absolute URL';
+  }
+  if (value.includes('#')) return 'must not contain a fragment';
+  if (url.username !== '' || url.password !== '') return 'must not contain credentials';
+  if (url.protocol === 'https:') return null;
+  if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return null;
+  return 'must use https (http only on localhost, 127.0.0.1 or [::1])';
+}
+
+export function readUserInput(body: unknown): UserInput {
+  const fields = asObject(body);
+  const email = requiredString(fields, 'email').trim().toLowerCase();
+  if (email.length > 254 || !EMAIL.test(email)) throw invalid('email must be an e-mail address such as ana@example.com');
+  const password = requiredString(fields, 'password');
+  if (password.length < MIN_PASSWORD_LENGTH) throw invalid(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
+  if (password.length > MAX_PASSWORD_LENGTH) throw invalid(`password must be at most ${MAX_PASSWORD_LENGTH} characters`);
+  return { email, password };
+}
+
+export function readRevocationTarget(body: unknown): RevocationTarget {
+  const fields = asObject(body);
+  const userId = optionalString(fields, 'user_id');
+  const clientId = optionalString(fields, 'client_id');
+  if ((userId === undefined) === (clientId === undefined)) throw invalid('give exactly one of user_id and client_id');
+  return userId !== undefined ? { userId } : { clientId: clientId! };
+}
+
+function asObject(body: unknown): Record<string, unknown> {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalid('the body must be a JSON object');
+  return body as Record<string, unknown>;
+}
+
+function optionalString(fields: Record<string, unknown>, name: string): string | undefined {
+  const value = fields[name];
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string' || value === '') throw invalid(`${name} must be a non-empty string`);
+  return value;
+}
+
+function requiredString(fields: Record<string, unknown>, name: string): string {
+  const value = optionalString(fields, name);
+  if (value === undefined) throw invalid(`${name} is required`);
+  return value;
+}
+
+function stringList(fields: Record<string, unknown>, name: string): string[] | undefined {
+  const value = fields[name];
+  if (value === undefined) return undefined;
+  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string')) throw invalid(`${name} must be a list of strings`);
+  return value;
+}
+
+function invalid(description: string): TokengateError {
+  return new TokengateError('INVALID_REQUEST', { description });
+}

@@ -1,0 +1,169 @@
+import type { ApplicationView } from '../admin/applications.js';
+import type { UserView } from '../admin/users.js';
+import { adminClientFor } from './admin-client.js';
+import { configOption, UsageError, type Command, type OptionValues } from './command.js';
+
+/**
+ * The operator's commands. Each calls the admin API of the running instance that `--config`
+ * describes (admin.host, admin.port, admin.token), so a command acts on the same store as the
+ * instance, whichever store driver it uses.
+ */
+
+const jsonOption = { json: { type: 'boolean', default: false } } as const;
+
+interface CreatedApplication extends ApplicationView {
+  client_secret?: string;
+}
+
+const client = (values: OptionValues) => adminClientFor(String(values.config));
+
+function print(text: string): void {
+  process.stdout.write(`${text}\n`);
+}
+
+function printJson(value: unknown): void {
+  print(JSON.stringify(value, null, 2));
+}
+
+/** Left-aligned columns, for the list commands. */
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+  return [header, ...rows].map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+}
+
+function onePositional(positionals: string[], name: string, usage: string): string {
+  if (positionals.length !== 1) throw new UsageError(`expected one ${name}\nusage: ${usage}`);
+  return positionals[0]!;
+}
+
+/** The password comes from stdin only: argv is visible to every user of the machine (ps) and kept in shell history. */
+async function readPasswordFromStdin(): Promise<string> {
+  if (process.stdin.isTTY) {
+    throw new UsageError('--password-stdin reads the password from a pipe, e.g. printf \'%s\' "$PASSWORD" | tokengate users create --email E --password-stdin');
+  }
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+}
+
+const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
+const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
+const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
+
+export const ADMIN_COMMANDS: Record<string, Command> = {
+  'apps create': {
+    summary: 'Register an application; prints its client_id and, this once, its client_secret.',
+    usage: APPS_CREATE_USAGE,
+    options: {
+      ...configOption,
+      ...jsonOption,
+      name: { type: 'string' },
+      'redirect-uri': { type: 'string', multiple: true },
+      scopes: { type: 'string' },
+      public: { type: 'boolean', default: false },
+    },
+    async run(values) {
+      if (values.name === undefined) throw new UsageError(`--name is required\nusage: ${APPS_CREATE_USAGE}`);
+      const redirectUris = (values['redirect-uri'] as string[] | undefined) ?? [];
+      if (redirectUris.length === 0) throw new UsageError(`--redirect-uri is required\nusage: ${APPS_CREATE_USAGE}`);
+      const scopes = values.scopes === undefined ? undefined : String(values.scopes).split(/[\s,]+/).filter(Boolean);
+      const created = await client(values).request<CreatedApplication>('POST', '/applications', {
+        name: values.name,
+        redirect_uris: redirectUris,
+        ...(scopes === undefined ? {} : { scopes }),
+        confidential: values.public !== true,
+      });
+      if (values.json === true) {
+        printJson(created);
+      } else {
+        print(`Created application "${created.name}" (${created.confidential ? 'confidential' : 'public'}, scopes: ${created.scopes.join(' ')})`);
+        print(`client_id:     ${created.client_id}`);
+        if (created.client_secret !== undefined) {
+          print(`client_secret: ${created.client_secret}`);
+          print('The client secret is shown only this once: store it now.');
+        } else {
+          print('A public client has no secret: it authenticates with its client_id and must use PKCE.');
+        }
+      }
+      return 0;
+    },
+  },
+  'apps list': {
+    summary: 'List the registered applications (never their secrets).',
+    usage: 'tokengate apps list [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const { applications } = await client(values).request<{ applications: ApplicationView[] }>('GET', '/applications');
+      if (values.json === true) printJson(applications);
+      else if (applications.length === 0) print('No applications.');
+      else {
+        const rows = applications.map((app) => [app.client_id, app.confidential ? 'confidential' : 'public', app.name, app.scopes.join(' '), app.redirect_uris.join(' '), app.created_at]);
+        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'REDIRECT_URIS', 'CREATED'], rows));
+      }
+      return 0;
+    },
+  },
+  'apps delete': {
+    summary: 'Delete an application and revoke every token issued to it.',
+    usage: 'tokengate apps delete CLIENT_ID',
+    options: configOption,
+    async run(values, positionals) {
+      const clientId = onePositional(positionals, 'CLIENT_ID', 'tokengate apps delete CLIENT_ID');
+      await client(values).request('DELETE', `/applications/${encodeURIComponent(clientId)}`);
+      print(`Deleted application ${clientId} and revoked its tokens.`);
+      return 0;
+    },
+  },
+  'users create': {
+    summary: 'Create a user who can log in on the authorization page; the password is read from stdin.',
+    usage: USERS_CREATE_USAGE,
+    options: { ...configOption, ...jsonOption, email: { type: 'string' }, 'password-stdin': { type: 'boolean', default: false } },
+    async run(values) {
+      if (values.email === undefined) throw new UsageError(`--email is required\nusage: ${USERS_CREATE_USAGE}`);
+      if (values['password-stdin'] !== true) {
+        throw new UsageError(`--password-stdin is required: the password is read from stdin, never from the command line\nusage: ${USERS_CREATE_USAGE}`);
+      }
+      const password = await readPasswordFromStdin();
+      const user = await client(values).request<UserView>('POST', '/users', { email: values.email, password });
+      if (values.json === true) printJson(user);
+      else print(`Created user ${user.email}\nid: ${user.id}`);
+      return 0;
+    },
+  },
+  'users list': {
+    summary: 'List the users kept in the store (never their password hashes).',
+    usage: 'tokengate users list [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const { users } = await client(values).request<{ users: UserView[] }>('GET', '/users');
+      if (values.json === true) printJson(users);
+      else if (users.length === 0) print('No users.');
+      else print(table(['ID', 'EMAIL', 'CREATED'], users.map((user) => [user.id, user.email, user.created_at])));
+      return 0;
+    },
+  },
+  'users delete': {
+    summary: 'Delete a user and revoke every token issued for them.',
+    usage: 'tokengate users delete ID',
+    options: configOption,
+    async run(values, positionals) {
+      const id = onePositional(positionals, 'ID', 'tokengate users delete ID');
+      await client(values).request('DELETE', `/users/${encodeURIComponent(id)}`);
+      print(`Deleted user ${id} and revoked their tokens.`);
+      return 0;
+    },
+  },
+  'tokens revoke': {
+    summary: 'Revoke every token of one user (all applications) or of one application (all users).',
+    usage: TOKENS_REVOKE_USAGE,
+    options: { ...configOption, user: { type: 'string' }, client: { type: 'string' } },
+    async run(values) {
+      const { user, client: clientId } = values as { user?: string; client?: string };
+      if ((user === undefined) === (clientId === undefined)) throw new UsageError(`give exactly one of --user and --client\nusage: ${TOKENS_REVOKE_USAGE}`);
+      const body = user !== undefined ? { user_id: user } : { client_id: clientId };
+      const { revoked } = await client(values).request<{ revoked: number }>('POST', '/tokens/revoke', body);
+      print(`Revoked ${revoked} token${revoked === 1 ? '' : 's'} of ${user !== undefined ? `user ${user}` : `application ${clientId}`}.`);
+      return 0;
+    },
+  },
+};

@@ -1,0 +1,49 @@
+import { TokengateError } from '../../errors.js';
+import { tokenDigest } from '../../token/token-value.js';
+import { issueTokens } from '../issue-tokens.js';
+import { requireParameter } from '../oauth-request.js';
+import { isWellFormedCodeVerifier, verifyCodeVerifier } from '../pkce.js';
+import type { Grant } from './grant.js';
+import { invalidCredential, refuseLeakedCredential } from './single-use.js';
+
+/** RFC 6749 section 4.1.3, with PKCE (RFC 7636). Codes are minted and stored by /oauth/authorize. */
+export const authorizationCodeGrant: Grant = {
+  type: 'authorization_code',
+  allowsPublicClients: true,
+  async issue(request) {
+    const { parameters, client, context } = request;
+    const code = requireParameter(parameters, 'code');
+    const redirectUri = requireParameter(parameters, 'redirect_uri');
+    const verifier = parameters.code_verifier;
+    // Syntax first: a malformed request must not spend the code.
+    if (verifier !== undefined && !isWellFormedCodeVerifier(verifier)) {
+      throw new TokengateError('INVALID_REQUEST', { description: 'The code_verifier must be 43 to 128 characters of A-Z a-z 0-9 - . _ ~ (RFC 7636).' });
+    }
+    // A value this deployment did not mint is refused without a store call.
+    if (!context.minter.hasValidTag(code)) throw invalidCredential('authorization code');
+
+    const consumed = await context.store.consumeAuthorizationCode(tokenDigest(code));
+    if (consumed === null) throw invalidCredential('authorization code');
+    const { record, firstUse } = consumed;
+    if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'authorization code', 'replayed');
+    if (record.clientId !== client.application.clientId) return refuseLeakedCredential(request, record.familyId, 'authorization code', 'presented by another client');
+
+    if (redirectUri !== record.redirectUri) {
+      throw new TokengateError('INVALID_GRANT', { description: 'The redirect_uri does not match the one of the authorization request.' });
+    }
+    verifyCodeVerifier(record, verifier, !client.application.confidential);
+    // Users kept in the store can be deleted while their code is in flight; deleting a user
+    // revokes their tokens, but a code is not a token yet.
+    if (context.config.issuer.users.source === 'store' && (await context.store.getUser(record.userId)) === null) {
+      throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
+    }
+    return issueTokens(context, {
+      kind: 'user',
+      clientId: record.clientId,
+      userId: record.userId,
+      familyId: record.familyId,
+      scopes: record.scopes,
+      grantScopes: record.scopes,
+    });
+  },
+};

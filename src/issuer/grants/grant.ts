@@ -1,0 +1,23 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { TokengateContext } from '../../context.js';
+import type { AuthenticatedClient } from '../client-auth.js';
+import type { TokenResponse } from '../issue-tokens.js';
+import type { OAuthParameters } from '../oauth-request.js';
+
+export interface GrantRequest {
+  readonly parameters: OAuthParameters;
+  /** The scope parameter as the endpoint's scope step parsed it; undefined when absent. */
+  readonly requestedScopes: readonly string[] | undefined;
+  readonly client: AuthenticatedClient;
+  readonly context: TokengateContext;
+  readonly log: FastifyBaseLogger;
+}
+
+/** One grant type of the token endpoint; the endpoint authenticates the client, then dispatches here. */
+export interface Grant {
+  readonly type: string;
+  /** Whether a public client (no secret) may use this grant. */
+  readonly allowsPublicClients: boolean;
+  /** Issues tokens or throws the TokengateError the request deserves. */
+  issue(request: GrantRequest): Promise<TokenResponse>;
+}

@@ -1,0 +1,27 @@
+import formbody from '@fastify/formbody';
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { challengingErrorHandler } from '../error-handler.js';
+import { registerIntrospectionEndpoint } from './introspection-endpoint.js';
+import { registerMetadataEndpoint } from './metadata-endpoint.js';
+import { registerRevocationEndpoint } from './revocation-endpoint.js';
+import { registerTokenEndpoint } from './token-endpoint.js';
+import { registerTokenInfoEndpoint } from './token-info-endpoint.js';
+
+/**
+ * The issuer's back-channel endpoints on the public listener, as one encapsulated plugin: the
+ * form parser and the error handler registered here apply to these routes and nothing else.
+ */
+export async function registerIssuer(app: FastifyInstance, context: TokengateContext): Promise<void> {
+  await app.register(async function issuerEndpoints(scope) {
+    // Bodies are forms or JSON (DESIGN: both accepted); anything else, text included, is a 415.
+    await scope.register(formbody);
+    scope.removeContentTypeParser('text/plain');
+    scope.setErrorHandler(challengingErrorHandler(context.config.gateway.realm));
+    registerTokenEndpoint(scope, context);
+    registerRevocationEndpoint(scope, context);
+    registerIntrospectionEndpoint(scope, context);
+    registerTokenInfoEndpoint(scope, context);
+    registerMetadataEndpoint(scope, context);
+  });
+}

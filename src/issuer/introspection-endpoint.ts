@@ -1,0 +1,52 @@
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { formatScope } from '../token/scope.js';
+import { authenticateClient } from './client-auth.js';
+import { findToken, type FoundToken } from './find-token.js';
+import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
+
+export const INTROSPECTION_ENDPOINT_PATH = '/oauth/introspect';
+
+interface IntrospectionResponse {
+  active: boolean;
+  scope?: string;
+  client_id?: string;
+  token_type?: 'Bearer';
+  exp?: number;
+  iat?: number;
+  sub?: string;
+}
+
+const INACTIVE: IntrospectionResponse = { active: false };
+
+/**
+ * POST /oauth/introspect (RFC 7662). The caller authenticates as a confidential client and
+ * learns about its own tokens only: a token issued to another client answers
+ * `{"active":false}`, like an unknown one. Resource servers behind tokengate never need more,
+ * since the gateway verifies tokens against the store itself; so a leaked token value does not
+ * also make every registered client an oracle for its user and scopes.
+ */
+export function registerIntrospectionEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  scope.post(INTROSPECTION_ENDPOINT_PATH, backChannelRouteOptions(context.config), async function introspectionEndpoint(request) {
+    const parameters = rejectRepeatedParameters(parseBody(request));
+    const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: false });
+    const token = requireParameter(parameters, 'token');
+    const found = await findToken(context, token, parameters.token_type_hint);
+    if (found === null || found.record.clientId !== client.application.clientId) return INACTIVE;
+    return describe(found);
+  });
+}
+
+function describe(found: FoundToken): IntrospectionResponse {
+  const { record } = found;
+  return {
+    active: true,
+    scope: formatScope(record.scopes),
+    client_id: record.clientId,
+    // token_type names an access token type (RFC 7662 section 2.2 via RFC 6749 section 7.1); a refresh token has none.
+    ...(found.type === 'access_token' ? { token_type: 'Bearer' as const } : {}),
+    exp: Math.floor(record.expiresAt / 1000),
+    iat: Math.floor(record.issuedAt / 1000),
+    ...(record.userId === null ? {} : { sub: record.userId }),
+  };
+}

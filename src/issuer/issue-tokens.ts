@@ -1,0 +1,73 @@
+import type { TokengateContext } from '../context.js';
+import type { AccessTokenRecord, RefreshTokenRecord } from '../store/store.js';
+import { formatScope } from '../token/scope.js';
+import { tokenDigest } from '../token/token-value.js';
+
+/** The token endpoint's 200 body; keys in this order, as the ticketing service sends them. */
+export interface TokenResponse {
+  access_token: string;
+  token_type: 'Bearer';
+  expires_in: number;
+  refresh_token?: string;
+  scope: string;
+  created_at: number;
+}
+
+/** What a grant decided to issue. */
+export type Issuance =
+  | { kind: 'application'; clientId: string; scopes: string[] }
+  | {
+      kind: 'user';
+      clientId: string;
+      userId: string;
+      familyId: string;
+      /** Scopes of the access token. */
+      scopes: string[];
+      /** Scopes of the refresh token: those of the whole grant, even when this access token is narrowed (RFC 6749 section 6). */
+      grantScopes: string[];
+    };
+
+/**
+ * Mints and stores the tokens of one issuance. Only digests reach the store; the values exist
+ * in this response alone. User tokens come with a refresh token of the same grant family,
+ * application tokens never do (the ticketing service's client_credentials behaviour).
+ */
+export async function issueTokens(context: TokengateContext, issuance: Issuance): Promise<TokenResponse> {
+  const { accessTokenTtl, refreshTokenTtl } = context.config.issuer;
+  const issuedAt = Date.now();
+  const accessToken = context.minter.mint();
+  const access: AccessTokenRecord = {
+    kind: issuance.kind,
+    clientId: issuance.clientId,
+    userId: issuance.kind === 'user' ? issuance.userId : null,
+    scopes: issuance.scopes,
+    familyId: issuance.kind === 'user' ? issuance.familyId : null,
+    issuedAt,
+    expiresAt: issuedAt + accessTokenTtl * 1000,
+  };
+  const saves = [context.store.saveAccessToken(tokenDigest(accessToken), access)];
+
+  let refreshToken: string | undefined;
+  if (issuance.kind === 'user') {
+    refreshToken = context.minter.mint();
+    const refresh: RefreshTokenRecord = {
+      clientId: issuance.clientId,
+      userId: issuance.userId,
+      scopes: issuance.grantScopes,
+      familyId: issuance.familyId,
+      issuedAt,
+      expiresAt: issuedAt + refreshTokenTtl * 1000,
+    };
+    saves.push(context.store.saveRefreshToken(tokenDigest(refreshToken), refresh));
+  }
+  await Promise.all(saves);
+
+  return {
+    access_token: accessToken,
+    token_type: 'Bearer',
+    expires_in: accessTokenTtl,
+    ...(refreshToken === undefined ? {} : { refresh_token: refreshToken }),
+    scope: formatScope(issuance.scopes),
+    created_at: Math.floor(issuedAt / 1000),
+  };
+}

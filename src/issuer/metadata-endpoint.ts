@@ -1,0 +1,40 @@
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { CLIENT_AUTH_METHODS } from './client-auth.js';
+import { GRANTS } from './grants/index.js';
+import { INTROSPECTION_ENDPOINT_PATH } from './introspection-endpoint.js';
+import { REVOCATION_ENDPOINT_PATH } from './revocation-endpoint.js';
+import { TOKEN_ENDPOINT_PATH } from './token-endpoint.js';
+
+export const METADATA_PATH = '/.well-known/oauth-authorization-server';
+export const AUTHORIZATION_ENDPOINT_PATH = '/oauth/authorize';
+
+/**
+ * GET /.well-known/oauth-authorization-server (RFC 8414), built once from the config: client
+ * libraries discover every endpoint from `issuer.issuerUrl`, the URL clients reach tokengate at.
+ */
+export function registerMetadataEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  const metadata = authorizationServerMetadata(context);
+  scope.get(METADATA_PATH, async function metadataEndpoint() {
+    return metadata;
+  });
+}
+
+export function authorizationServerMetadata(context: TokengateContext) {
+  const issuer = context.config.issuer.issuerUrl.replace(/\/+$/, '');
+  const secretMethods = CLIENT_AUTH_METHODS.filter((method) => method !== 'none');
+  return {
+    issuer,
+    authorization_endpoint: `${issuer}${AUTHORIZATION_ENDPOINT_PATH}`,
+    token_endpoint: `${issuer}${TOKEN_ENDPOINT_PATH}`,
+    revocation_endpoint: `${issuer}${REVOCATION_ENDPOINT_PATH}`,
+    introspection_endpoint: `${issuer}${INTROSPECTION_ENDPOINT_PATH}`,
+    grant_types_supported: [...GRANTS.keys()],
+    response_types_supported: ['code'],
+    code_challenge_methods_supported: ['S256'],
+    token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
+    revocation_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
+    introspection_endpoint_auth_methods_supported: secretMethods,
+    scopes_supported: [...context.config.issuer.scopes],
+  };
+}

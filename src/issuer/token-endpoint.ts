@@ -1,0 +1,59 @@
+import type { FastifyInstance } from 'fastify';
+import type { TokengateContext } from '../context.js';
+import { wireErrorOf } from '../error-handler.js';
+import { TokengateError } from '../errors.js';
+import { parseScope } from '../token/scope.js';
+import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
+import { GRANTS, type Grant } from './grants/index.js';
+import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
+
+export const TOKEN_ENDPOINT_PATH = '/oauth/token';
+
+/**
+ * POST /oauth/token (RFC 6749 sections 3.2, 4.1.3, 4.4, 6). The handler is the ordered list of
+ * steps a request goes through; each step either passes on what it established or throws the
+ * error the request deserves, which the issuer's error handler renders.
+ */
+export function registerTokenEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  scope.post(
+    TOKEN_ENDPOINT_PATH,
+    {
+      ...backChannelRouteOptions(context.config),
+      onError: async (_request, _reply, error) => {
+        context.metrics.tokenErrors.inc({ error: wireErrorOf(error) });
+      },
+    },
+    async function tokenEndpoint(request) {
+      const parameters = rejectRepeatedParameters(parseBody(request));
+      const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
+      const grant = supportedGrantType(parameters);
+      checkGrantTypeAllowed(grant, client);
+      const requestedScopes = parseScopeParameter(parameters);
+      const response = await grant.issue({ parameters, requestedScopes, client, context, log: request.log });
+      context.metrics.tokensIssued.inc({ grant_type: grant.type });
+      return response;
+    },
+  );
+}
+
+function supportedGrantType(parameters: OAuthParameters): Grant {
+  const grantType = requireParameter(parameters, 'grant_type');
+  const grant = GRANTS.get(grantType);
+  if (grant === undefined) {
+    throw new TokengateError('UNSUPPORTED_GRANT_TYPE', { description: `Supported grant types: ${[...GRANTS.keys()].join(', ')}.` });
+  }
+  return grant;
+}
+
+function checkGrantTypeAllowed(grant: Grant, client: AuthenticatedClient): void {
+  if (!client.application.confidential && !grant.allowsPublicClients) {
+    throw new TokengateError('UNAUTHORIZED_CLIENT', { description: `Public clients may not use the ${grant.type} grant.` });
+  }
+}
+
+function parseScopeParameter(parameters: OAuthParameters): string[] | undefined {
+  if (parameters.scope === undefined) return undefined;
+  const scopes = parseScope(parameters.scope);
+  if (scopes === null || scopes.length === 0) throw new TokengateError('INVALID_SCOPE', { description: 'The scope parameter is malformed.' });
+  return scopes;
+}

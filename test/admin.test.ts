@@ -1,0 +1,225 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clientSecretDigest } from '../src/issuer/client-auth.js';
+import { verifyPassword } from '../src/issuer/passwords.js';
+import { tokenDigest } from '../src/token/token-value.js';
+import { rawRedis } from './support/redis.js';
+import { issueAuthorizationCode, postForm, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+
+const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
+
+let running: RunningTokengate;
+
+beforeAll(async () => {
+  running = await startTokengate('admin', { config: { admin: { token: ADMIN_TOKEN }, issuer: { scopes: ['public', 'write'] } } });
+});
+afterAll(async () => {
+  await running.stop();
+});
+
+function admin(method: string, path: string, body?: unknown, token: string | null = ADMIN_TOKEN): Promise<Response> {
+  const headers: Record<string, string> = {};
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  return fetch(`${running.opsUrl}/admin${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+}
+
+async function expectBadRequest(response: Response, fragment: string): Promise<void> {
+  const body = (await response.json()) as { error: string; error_description: string };
+  expect({ status: response.status, error: body.error }).toEqual({ status: 400, error: 'invalid_request' });
+  expect(body.error_description).toContain(fragment);
+}
+
+interface Created {
+  client_id: string;
+  client_secret?: string;
+  name: string;
+  confidential: boolean;
+  redirect_uris: string[];
+  scopes: string[];
+  created_at: string;
+}
+
+async function createApplication(overrides: Record<string, unknown> = {}): Promise<Created> {
+  const response = await admin('POST', '/applications', { name: 'Box office', redirect_uris: ['https://box.example/callback'], ...overrides });
+  expect(response.status).toBe(201);
+  return (await response.json()) as Created;
+}
+
+async function issueApplicationToken(created: Created): Promise<string> {
+  const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'client_credentials', client_id: created.client_id, client_secret: created.client_secret });
+  expect(response.status).toBe(200);
+  return ((await response.json()) as { access_token: string }).access_token;
+}
+
+const isLive = async (token: string) => (await running.store.getAccessToken(tokenDigest(token))) !== null;
+
+describe('admin API authentication', () => {
+  it('requires the admin bearer token on every admin route, compared exactly', async () => {
+    for (const token of [null, 'wrong', `${ADMIN_TOKEN}x`, ADMIN_TOKEN.slice(0, -1)]) {
+      for (const [method, path] of [['GET', '/applications'], ['POST', '/applications'], ['GET', '/users'], ['DELETE', '/users/x'], ['POST', '/tokens/revoke']] as const) {
+        const response = await admin(method, path, method === 'POST' ? {} : undefined, token);
+        expect(response.status, `${method} ${path} with ${token}`).toBe(401);
+        expect(response.headers.get('www-authenticate')).toBe('Bearer realm="tokengate admin"');
+        expect(await response.json()).toMatchObject({ error: 'unauthorized' });
+      }
+    }
+    const basic = await fetch(`${running.opsUrl}/admin/applications`, { headers: { authorization: `Basic ${Buffer.from(`x:${ADMIN_TOKEN}`).toString('base64')}` } });
+    expect(basic.status).toBe(401);
+  });
+
+  it('leaves health, readiness and metrics open', async () => {
+    for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${running.opsUrl}${path}`)).status).toBe(200);
+  });
+});
+
+describe('admin API: applications', () => {
+  it('creates a confidential application and shows its secret once; the store keeps only the digest', async () => {
+    const created = await createApplication({ scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
+    expect(Object.keys(created)).toEqual(['client_id', 'client_secret', 'name', 'confidential', 'redirect_uris', 'scopes', 'created_at']);
+    expect(created).toMatchObject({ name: 'Box office', confidential: true, scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
+    expect(created.client_id).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(created.client_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(await running.store.getApplication(created.client_id)).toMatchObject({ secretDigest: clientSecretDigest(created.client_secret!) });
+
+    const redis = rawRedis();
+    try {
+      for (const key of await redis.keys(`${running.prefix}*`)) {
+        const value = (await redis.type(key)) === 'string' ? await redis.get(key) : JSON.stringify(await redis.hgetall(key).catch(() => ({})));
+        expect(value ?? '').not.toContain(created.client_secret);
+      }
+    } finally {
+      redis.disconnect();
+    }
+    // The secret works at the token endpoint.
+    await issueApplicationToken(created);
+  });
+
+  it('creates a public application without a secret, with the issuer\'s default scopes', async () => {
+    const created = await createApplication({ confidential: false });
+    expect(created).not.toHaveProperty('client_secret');
+    expect(created).toMatchObject({ confidential: false, scopes: ['public'] });
+    expect((await running.store.getApplication(created.client_id))!.secretDigest).toBeNull();
+  });
+
+  it('lists applications without secrets or digests', async () => {
+    const created = await createApplication({ name: 'Listed' });
+    const response = await admin('GET', '/applications');
+    const text = await response.text();
+    expect(text).not.toContain(created.client_secret);
+    expect(text).not.toContain(clientSecretDigest(created.client_secret!));
+    const { applications } = JSON.parse(text) as { applications: Created[] };
+    const { client_secret: _secret, ...shown } = created;
+    expect(applications).toContainEqual(shown);
+  });
+
+  it('deletes an application and revokes its tokens; a second delete is 404', async () => {
+    const created = await createApplication();
+    const token = await issueApplicationToken(created);
+    const response = await admin('DELETE', `/applications/${created.client_id}`);
+    expect(await response.json()).toEqual({ client_id: created.client_id, deleted: true });
+    expect(await isLive(token)).toBe(false);
+    const again = await admin('DELETE', `/applications/${created.client_id}`);
+    expect(again.status).toBe(404);
+    expect(await again.json()).toMatchObject({ error: 'not_found' });
+  });
+
+  it('refuses unsafe or malformed redirect URIs with a 400 naming the problem', async () => {
+    const cases: Array<[string, string]> = [
+      ['/callback', 'is not an absolute URL'],
+      ['http://box.example/callback', 'must use https'],
+      ['https://box.example/callback#frag', 'fragment'],
+      ['https://user:pw@box.example/callback', 'credentials'],
+      ['javascript:alert(1)', 'must use https'],
+      ['https://box.example/call back', 'spaces'],
+      ['https://box.example/callback\n', 'control'],
+      [`https://box.example/${'a'.repeat(2100)}`, 'longer than'],
+    ];
+    for (const [uri, fragment] of cases) await expectBadRequest(await admin('POST', '/applications', { name: 'Bad', redirect_uris: [uri] }), fragment);
+    for (const uri of ['http://127.0.0.1:8000/cb', 'http://[::1]/cb', 'https://box.example/cb?source=app']) await createApplication({ redirect_uris: [uri] });
+  });
+
+  it('refuses other malformed input with clear 400s', async () => {
+    await expectBadRequest(await admin('POST', '/applications', { redirect_uris: ['https://a.example/cb'] }), 'name is required');
+    await expectBadRequest(await admin('POST', '/applications', { name: ' ', redirect_uris: ['https://a.example/cb'] }), 'name must be');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x' }), 'redirect_uris must list at least one');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: 'https://a.example/cb' }), 'list of strings');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: ['admin'] }), 'unknown scope "admin"');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: [] }), 'at least one scope');
+    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], confidential: 'yes' }), 'true or false');
+    await expectBadRequest(await admin('POST', '/applications', ['x']), 'JSON object');
+    const notJson = await fetch(`${running.opsUrl}/admin/applications`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"name":' });
+    expect(notJson.status).toBe(400);
+  });
+});
+
+describe('admin API: users and token revocation', () => {
+  let userId: string;
+
+  it('creates a user with a scrypt hash, lower-casing the e-mail; a duplicate is 409', async () => {
+    const response = await admin('POST', '/users', { email: ' Ana@Example.com ', password: 'correct horse battery' });
+    expect(response.status).toBe(201);
+    const user = (await response.json()) as { id: string; email: string; created_at: string };
+    expect(Object.keys(user)).toEqual(['id', 'email', 'created_at']);
+    expect(user.email).toBe('ana@example.com');
+    userId = user.id;
+    const stored = (await running.store.getUser(user.id))!;
+    expect(stored.passwordHash).toMatch(/^scrypt\$/);
+    expect(await verifyPassword('correct horse battery', stored.passwordHash)).toBe(true);
+
+    const duplicate = await admin('POST', '/users', { email: 'ANA@example.com', password: 'another password' });
+    expect(duplicate.status).toBe(409);
+    expect(await duplicate.json()).toMatchObject({ error: 'conflict' });
+  });
+
+  it('refuses malformed users with clear 400s', async () => {
+    await expectBadRequest(await admin('POST', '/users', { email: 'not-an-email', password: 'long enough' }), 'email must be');
+    await expectBadRequest(await admin('POST', '/users', { email: 'bo@example.com', password: 'short' }), 'at least 8 characters');
+    await expectBadRequest(await admin('POST', '/users', { email: 'bo@example.com', password: 'x'.repeat(1025) }), 'at most 1024');
+    await expectBadRequest(await admin('POST', '/users', { email: 'bo@example.com' }), 'password is required');
+    await expectBadRequest(await admin('POST', '/users', { email: 'bo@example.com', password: 12345678 }), 'password must be a non-empty string');
+  });
+
+  it('lists users without password hashes', async () => {
+    const text = await (await admin('GET', '/users')).text();
+    expect(text).not.toContain('scrypt');
+    expect((JSON.parse(text) as { users: Array<{ id: string }> }).users.map((user) => user.id)).toContain(userId);
+  });
+
+  it('revokes every token of a user, and every token of an application', async () => {
+    const created = await createApplication();
+    const application: TestApplication = { clientId: created.client_id, clientSecret: created.client_secret, redirectUri: 'https://box.example/callback' };
+    const exchange = async () => {
+      const { code } = await issueAuthorizationCode(running, application, userId);
+      const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri, client_id: created.client_id, client_secret: created.client_secret });
+      return (await response.json()) as { access_token: string; refresh_token: string };
+    };
+    const userTokens = await exchange();
+    const appToken = await issueApplicationToken(created);
+    const byUser = await admin('POST', '/tokens/revoke', { user_id: userId });
+    expect(await byUser.json()).toEqual({ revoked: 2 });
+    expect(await isLive(userTokens.access_token)).toBe(false);
+    expect(await running.store.getRefreshToken(tokenDigest(userTokens.refresh_token))).toBeNull();
+    expect(await isLive(appToken)).toBe(true);
+
+    const again = await exchange();
+    const byClient = await admin('POST', '/tokens/revoke', { client_id: created.client_id });
+    expect(await byClient.json()).toEqual({ revoked: 3 });
+    expect(await isLive(appToken)).toBe(false);
+    expect(await isLive(again.access_token)).toBe(false);
+
+    await expectBadRequest(await admin('POST', '/tokens/revoke', {}), 'exactly one of user_id and client_id');
+    await expectBadRequest(await admin('POST', '/tokens/revoke', { user_id: userId, client_id: created.client_id }), 'exactly one');
+  });
+
+  it('deletes a user and revokes their tokens; a second delete is 404', async () => {
+    const created = await createApplication();
+    const application: TestApplication = { clientId: created.client_id, clientSecret: created.client_secret, redirectUri: 'https://box.example/callback' };
+    const { code } = await issueAuthorizationCode(running, application, userId);
+    const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri, client_id: created.client_id, client_secret: created.client_secret });
+    const { access_token } = (await response.json()) as { access_token: string };
+    expect(await (await admin('DELETE', `/users/${userId}`)).json()).toEqual({ id: userId, deleted: true });
+    expect(await isLive(access_token)).toBe(false);
+    expect((await admin('DELETE', `/users/${userId}`)).status).toBe(404);
+    expect(await running.store.findUserByEmail('ana@example.com')).toBeNull();
+  });
+});

@@ -1,0 +1,166 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyPassword } from '../src/issuer/passwords.js';
+import { tokenDigest } from '../src/token/token-value.js';
+import { runCli, type CliResult } from './support/cli.js';
+import { freePort, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+
+/**
+ * The operator CLI as operators run it: a separate `tokengate` process (through tsx, so the test
+ * needs no build) that reads a config file and calls the admin API of a running instance.
+ */
+
+const ADMIN_TOKEN = 'cli-admin-token-0123456789abcdef';
+
+let running: RunningTokengate;
+let directory: string;
+let configFile: string;
+
+beforeAll(async () => {
+  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN } } });
+  directory = mkdtempSync(join(tmpdir(), 'tokengate-cli-'));
+  configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
+});
+afterAll(async () => {
+  await running.stop();
+  rmSync(directory, { recursive: true, force: true });
+});
+
+/** A config naming the instance's admin listener; the admin token comes from the environment, as documented. */
+function writeConfig(name: string, adminPort: number): string {
+  const file = join(directory, name);
+  writeFileSync(file, `admin:\n  host: 127.0.0.1\n  port: ${adminPort}\n  token: \${TOKENGATE_ADMIN_TOKEN:-}\nlogging:\n  level: silent\n`);
+  return file;
+}
+
+function tokengate(args: string[], options: { stdin?: string; adminToken?: string } = {}): Promise<CliResult> {
+  return runCli(args, { stdin: options.stdin, env: { TOKENGATE_ADMIN_TOKEN: options.adminToken ?? ADMIN_TOKEN, TOKENGATE_CONFIG: '' } });
+}
+
+const withConfig = (...args: string[]) => [...args, '--config', configFile];
+
+describe('tokengate apps', () => {
+  it('creates a confidential application, prints its credentials once, and they work at the token endpoint', async () => {
+    const run = await tokengate(withConfig('apps', 'create', '--name', 'Box office', '--redirect-uri', 'https://box.example/callback'));
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    const clientId = /^client_id: +(\S+)$/m.exec(run.stdout)?.[1];
+    const clientSecret = /^client_secret: +(\S+)$/m.exec(run.stdout)?.[1];
+    expect(clientId).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(clientSecret).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(run.stdout).toContain('shown only this once');
+    const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'client_credentials', client_id: clientId, client_secret: clientSecret });
+    expect(response.status).toBe(200);
+
+    const list = await tokengate(withConfig('apps', 'list'));
+    expect(list.code).toBe(0);
+    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +REDIRECT_URIS +CREATED$/m);
+    expect(list.stdout).toContain(clientId);
+    expect(list.stdout).not.toContain(clientSecret);
+  });
+
+  it('creates a public application with several redirect URIs as JSON, lists it and deletes it with its tokens', async () => {
+    const created = await tokengate(withConfig('apps', 'create', '--name', 'Scanner', '--redirect-uri', 'https://scan.example/cb', '--redirect-uri', 'http://127.0.0.1:7000/cb', '--scopes', 'public', '--public', '--json'));
+    expect(created.code).toBe(0);
+    const application = JSON.parse(created.stdout) as { client_id: string; client_secret?: string; confidential: boolean; redirect_uris: string[]; scopes: string[] };
+    expect(application).toMatchObject({ confidential: false, redirect_uris: ['https://scan.example/cb', 'http://127.0.0.1:7000/cb'], scopes: ['public'] });
+    expect(application.client_secret).toBeUndefined();
+
+    const list = await tokengate(withConfig('apps', 'list', '--json'));
+    expect((JSON.parse(list.stdout) as Array<{ client_id: string }>).map((each) => each.client_id)).toContain(application.client_id);
+
+    const token = running.tokengate.context.minter.mint();
+    await running.store.saveAccessToken(tokenDigest(token), { kind: 'user', clientId: application.client_id, userId: 'u', scopes: ['public'], familyId: 'f', issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+    const deleted = await tokengate(withConfig('apps', 'delete', application.client_id));
+    expect(deleted).toMatchObject({ code: 0, stdout: `Deleted application ${application.client_id} and revoked its tokens.\n` });
+    expect(await running.store.getAccessToken(tokenDigest(token))).toBeNull();
+    expect(await running.store.getApplication(application.client_id)).toBeNull();
+  });
+
+  it('prints the admin API\'s refusal on one line and exits 1', async () => {
+    const [badUri, unknown] = await Promise.all([
+      tokengate(withConfig('apps', 'create', '--name', 'Bad', '--redirect-uri', 'http://evil.example/cb')),
+      tokengate(withConfig('apps', 'delete', 'no-such-client')),
+    ]);
+    expect(badUri).toMatchObject({ code: 1, stdout: '' });
+    expect(badUri.stderr).toBe('tokengate: the admin API refused: redirect_uris: "http://evil.example/cb" must use https (http only on localhost, 127.0.0.1 or [::1])\n');
+    expect(unknown).toMatchObject({ code: 1, stderr: 'tokengate: the admin API refused: No application has this client_id.\n' });
+  });
+});
+
+describe('tokengate users and tokens', () => {
+  it('creates a user from a password on stdin, refuses a duplicate, lists, revokes and deletes', async () => {
+    const created = await tokengate(withConfig('users', 'create', '--email', 'Ana@Example.com', '--password-stdin', '--json'), { stdin: 'correct horse battery\n' });
+    expect(created.stderr).toBe('');
+    const user = JSON.parse(created.stdout) as { id: string; email: string };
+    expect(user.email).toBe('ana@example.com');
+    // The trailing newline of `echo` is not part of the password.
+    expect(await verifyPassword('correct horse battery', (await running.store.getUser(user.id))!.passwordHash)).toBe(true);
+
+    const [duplicate, list] = await Promise.all([
+      tokengate(withConfig('users', 'create', '--email', 'ana@example.com', '--password-stdin'), { stdin: 'another password' }),
+      tokengate(withConfig('users', 'list')),
+    ]);
+    expect(duplicate).toMatchObject({ code: 1, stderr: 'tokengate: the admin API refused: A user with this e-mail address already exists.\n' });
+    expect(list.stdout).toMatch(new RegExp(`^${user.id} +ana@example.com +\\S+$`, 'm'));
+
+    const application = { clientId: `client-${user.id}`, clientSecret: undefined, redirectUri: 'https://box.example/callback' };
+    await running.store.putApplication({ clientId: application.clientId, name: 'n', secretDigest: null, redirectUris: [application.redirectUri], scopes: ['public'], confidential: false, createdAt: Date.now() });
+    const grant = async () => {
+      const verifier = 'v'.repeat(43);
+      const { createHash } = await import('node:crypto');
+      const { code } = await issueAuthorizationCode(running, application, user.id, { codeChallenge: createHash('sha256').update(verifier).digest('base64url'), codeChallengeMethod: 'S256' });
+      const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: application.redirectUri, client_id: application.clientId });
+      return ((await response.json()) as { access_token: string }).access_token;
+    };
+    const first = await grant();
+    const byUser = await tokengate(withConfig('tokens', 'revoke', '--user', user.id));
+    expect(byUser).toMatchObject({ code: 0, stdout: `Revoked 2 tokens of user ${user.id}.\n` });
+    expect(await running.store.getAccessToken(tokenDigest(first))).toBeNull();
+
+    const second = await grant();
+    const byClient = await tokengate(withConfig('tokens', 'revoke', '--client', application.clientId));
+    expect(byClient).toMatchObject({ code: 0, stdout: `Revoked 2 tokens of application ${application.clientId}.\n` });
+    expect(await running.store.getAccessToken(tokenDigest(second))).toBeNull();
+
+    const deleted = await tokengate(withConfig('users', 'delete', user.id));
+    expect(deleted).toMatchObject({ code: 0, stdout: `Deleted user ${user.id} and revoked their tokens.\n` });
+    expect(await running.store.getUser(user.id)).toBeNull();
+  });
+
+  it('never takes a password from the command line, and checks its arguments', async () => {
+    const [noStdin, asArgument, both, neither] = await Promise.all([
+      tokengate(withConfig('users', 'create', '--email', 'bo@example.com')),
+      tokengate(withConfig('users', 'create', '--email', 'bo@example.com', '--password', 'hunter2hunter2')),
+      tokengate(withConfig('tokens', 'revoke', '--user', 'a', '--client', 'b')),
+      tokengate(withConfig('tokens', 'revoke')),
+    ]);
+    expect(noStdin.code).toBe(2);
+    expect(noStdin.stderr).toContain('--password-stdin is required');
+    expect(asArgument.code).toBe(2);
+    expect(asArgument.stderr).toContain("Unknown option '--password'");
+    expect(asArgument.stderr).not.toContain('hunter2');
+    expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining('exactly one of --user and --client') });
+    expect(neither.code).toBe(2);
+    expect(await running.store.findUserByEmail('bo@example.com')).toBeNull();
+  });
+});
+
+describe('tokengate CLI: reaching the instance', () => {
+  it('says so in one line when no instance listens on the configured admin port', async () => {
+    const deadConfig = writeConfig('dead.yaml', await freePort());
+    const run = await tokengate(['apps', 'list', '--config', deadConfig]);
+    expect(run.code).toBe(1);
+    expect(run.stderr.trim().split('\n')).toHaveLength(1);
+    expect(run.stderr).toMatch(/cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+\/admin \(connection refused\): is tokengate serve running with this config\?/);
+  });
+
+  it('reports a wrong admin token without printing it', async () => {
+    const run = await tokengate(withConfig('users', 'list'), { adminToken: 'wrong-admin-token-0123456789' });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('The admin API requires a valid admin bearer token.');
+    expect(run.stderr).not.toContain('wrong-admin-token');
+  });
+});

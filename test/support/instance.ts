@@ -1,0 +1,152 @@
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import type { Logger } from 'pino';
+import { buildTokengate, type Tokengate } from '../../src/app.js';
+import { parseConfig } from '../../src/config/load.js';
+import { clientSecretDigest } from '../../src/issuer/client-auth.js';
+import type { AuthorizationCodeRecord, TokenStore } from '../../src/store/store.js';
+import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';
+import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
+
+/** A tokengate listening on free loopback ports, over a Redis store under its own prefix. */
+export interface RunningTokengate {
+  tokengate: Tokengate;
+  store: TokenStore;
+  /** The Redis key prefix of this instance's data. */
+  prefix: string;
+  /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
+  baseUrl: string;
+  /** Ops listener. */
+  opsUrl: string;
+  stop(): Promise<void>;
+}
+
+type Sections = Record<string, Record<string, unknown>>;
+
+export interface StartOptions {
+  /** Config sections merged over the test defaults (one level deep). */
+  config?: Sections;
+  /** Fixed public port, for tests whose issuerUrl must name it. */
+  port?: number;
+  /** A store to use instead of a fresh Redis prefix (e.g. one that cannot reach Redis). */
+  store?: TokenStore;
+  /** A logger to use instead of a silent one (tests that read the log). */
+  logger?: Logger;
+}
+
+export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
+  const prefix = uniquePrefix(label);
+  const defaults: Sections = {
+    server: { host: '127.0.0.1', port: options.port ?? 0 },
+    admin: { host: '127.0.0.1', port: 0 },
+    store: { driver: 'redis' },
+    issuer: { tokenTagKey: generateTagKey(), issuerUrl: `http://127.0.0.1:${options.port ?? 8080}` },
+    logging: { level: 'silent' },
+  };
+  const sections: Sections = { ...defaults };
+  for (const [name, section] of Object.entries(options.config ?? {})) sections[name] = { ...defaults[name], ...section };
+  const config = parseConfig(JSON.stringify(sections), `test config (${label})`, {});
+  const store = options.store ?? createTestRedisStore(prefix);
+  const tokengate = await buildTokengate(config, { store, ...(options.logger === undefined ? {} : { logger: options.logger }) });
+  const { publicUrl, opsUrl } = await tokengate.listen();
+  return {
+    tokengate,
+    store,
+    prefix,
+    baseUrl: publicUrl.replace(/\/$/, ''),
+    opsUrl: opsUrl.replace(/\/$/, ''),
+    async stop() {
+      await tokengate.close();
+      await store.close();
+      await deletePrefix(prefix);
+    },
+  };
+}
+
+/** A port nothing listens on right now (for an issuerUrl that must name the port, or a refused connection). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+export interface TestApplication {
+  clientId: string;
+  /** Undefined for a public client. */
+  clientSecret: string | undefined;
+  redirectUri: string;
+}
+
+/** Registers an application straight in the store, exactly as the admin API records one. */
+export async function registerApplication(store: TokenStore, options: { confidential?: boolean; scopes?: string[]; redirectUri?: string } = {}): Promise<TestApplication> {
+  const confidential = options.confidential ?? true;
+  const clientId = `client-${randomUUID()}`;
+  const clientSecret = confidential ? `secret-${randomUUID()}` : undefined;
+  const redirectUri = options.redirectUri ?? 'https://app.example/callback';
+  await store.putApplication({
+    clientId,
+    name: 'Test application',
+    secretDigest: clientSecret === undefined ? null : clientSecretDigest(clientSecret),
+    redirectUris: [redirectUri],
+    scopes: options.scopes ?? ['public'],
+    confidential,
+    createdAt: Date.now(),
+  });
+  return { clientId, clientSecret, redirectUri };
+}
+
+/** A user straight in the store (these tests never log in, so the hash is a placeholder). */
+export async function registerUser(store: TokenStore): Promise<string> {
+  const id = randomUUID();
+  await store.createUser({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
+  return id;
+}
+
+/** Mints and stores an authorization code exactly as /oauth/authorize does after consent. */
+export async function issueAuthorizationCode(
+  running: RunningTokengate,
+  application: TestApplication,
+  userId: string,
+  overrides: Partial<AuthorizationCodeRecord> = {},
+): Promise<{ code: string; record: AuthorizationCodeRecord }> {
+  const code = running.tokengate.context.minter.mint();
+  const now = Date.now();
+  const record: AuthorizationCodeRecord = {
+    clientId: application.clientId,
+    userId,
+    redirectUri: application.redirectUri,
+    scopes: ['public'],
+    codeChallenge: null,
+    codeChallengeMethod: null,
+    familyId: randomUUID(),
+    issuedAt: now,
+    expiresAt: now + 600_000,
+    ...overrides,
+  };
+  await running.store.saveAuthorizationCode(tokenDigest(code), record);
+  return { code, record };
+}
+
+export function basicAuthorization(clientId: string, secret: string): string {
+  const encode = (value: string) => encodeURIComponent(value).replace(/%20/g, '+');
+  return `Basic ${Buffer.from(`${encode(clientId)}:${encode(secret)}`).toString('base64')}`;
+}
+
+/** POSTs a form body (values may repeat when given as arrays). */
+export function postForm(url: string, parameters: Record<string, string | string[] | undefined>, headers: Record<string, string> = {}): Promise<Response> {
+  const body = new URLSearchParams();
+  for (const [name, value] of Object.entries(parameters)) {
+    for (const item of value === undefined ? [] : [value].flat()) body.append(name, item);
+  }
+  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers }, body: body.toString() });
+}
+
+/** The credentials of a confidential test application as body parameters. */
+export function clientCredentials(application: TestApplication): { client_id: string; client_secret: string | undefined } {
+  return { client_id: application.clientId, client_secret: application.clientSecret };
+}
