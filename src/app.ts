@@ -1,9 +1,12 @@
+import { randomUUID } from 'node:crypto';
+import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
-import { TokengateError, isTokengateError } from './errors.js';
+import { TokengateError, isTokengateError, rawErrorResponse } from './errors.js';
+import { registerGateway } from './gateway/index.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
@@ -55,13 +58,20 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     requestTimeout: config.server.requestTimeoutMs,
     http: { maxHeaderSize: config.server.maxHeaderSize },
     requestIdHeader: config.gateway.requestIdHeader,
+    // Ids are unique across sidecars and restarts, so one id follows a request through every log.
+    genReqId: () => randomUUID(),
     // No access log line per request: on the gateway's hot path it would cost more than the
     // check itself. Denials and errors are logged where they are decided.
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
+    frameworkErrors: renderError,
+    clientErrorHandler: renderClientError,
   });
   const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
-  for (const server of [app, ops]) server.setErrorHandler(renderError);
+  for (const server of [app, ops]) {
+    server.setErrorHandler(renderError);
+    server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
+  }
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
   await registerHealth(ops, context);
@@ -71,6 +81,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
   if (config.issuer.enabled) await registerAuthorization(app, context);
   if (config.issuer.enabled) await registerIssuer(app, context);
+  await registerGateway(app, context);
 
   let closed = false;
   return {
@@ -97,7 +108,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
  * client errors (bad JSON, body too large, unsupported media type) become invalid_request;
  * anything else is a 500 whose detail stays in the log.
  */
-function renderError(this: FastifyInstance, error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
+function renderError(error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
   let failure: TokengateError;
   if (isTokengateError(error)) failure = error;
   else if (error instanceof StoreUnavailableError) {
@@ -113,7 +124,20 @@ function renderError(this: FastifyInstance, error: Error & { statusCode?: number
     failure = new TokengateError('INTERNAL');
   }
   if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+  if (failure.headers !== undefined) reply.headers(failure.headers);
   reply.code(failure.status).header('cache-control', 'no-store').send(failure.toBody());
+}
+
+/**
+ * Requests node's parser refuses before fastify sees them (oversized head: 431, malformed or
+ * smuggling-shaped framing such as Content-Length with Transfer-Encoding: 400, slow head: 408)
+ * get the same JSON error body, then the connection is closed.
+ */
+function renderClientError(error: Error & { code?: string }, socket: Duplex) {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const failure = new TokengateError(error.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'INVALID_REQUEST');
+  if (socket.writable) socket.end(rawErrorResponse(failure));
+  socket.destroy();
 }
 
 /** Fastify's client-error messages describe the request's shape, never its content: safe to show. */
@@ -124,6 +148,8 @@ function publicClientErrorMessage(error: Error & { code?: string }): string {
       return 'The request body is not valid JSON.';
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return 'The Content-Length header does not match the body.';
+    case 'FST_ERR_BAD_URL':
+      return 'The request path is not valid percent-encoded UTF-8.';
     default:
       return 'The request is malformed.';
   }

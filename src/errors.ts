@@ -1,3 +1,5 @@
+import { STATUS_CODES } from 'node:http';
+
 /**
  * Every error tokengate answers with, in one table. Each entry has a stable `code` (the key),
  * the HTTP status, the RFC error string sent on the wire and a public description. Callers
@@ -17,6 +19,8 @@ export const ERRORS = {
   UNSUPPORTED_TOKEN_TYPE: { status: 400, error: 'unsupported_token_type', description: 'The authorization server does not support the revocation of the presented token type.' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, error: 'invalid_request', description: 'The request body must be application/x-www-form-urlencoded or application/json.' },
   BODY_TOO_LARGE: { status: 413, error: 'invalid_request', description: 'The request body is too large.' },
+  HEADERS_TOO_LARGE: { status: 431, error: 'invalid_request', description: 'The request headers are too large.' },
+  REQUEST_TIMEOUT: { status: 408, error: 'invalid_request', description: 'The request was not received in time.' },
   // authorization page: shown as an HTML page, never sent to the redirect_uri (RFC 6749 4.1.2.1)
   UNKNOWN_CLIENT: { status: 400, error: 'invalid_client', description: 'The application asking you to sign in is not registered here (its client_id is missing or unknown).' },
   INVALID_REDIRECT_URI: { status: 400, error: 'invalid_request', description: 'The application gave a redirect_uri that is missing or not registered for it, so you cannot be sent back to it.' },
@@ -48,6 +52,8 @@ export interface ErrorOptions {
   /** Private detail for the log line only; must never contain a secret either. */
   detail?: string;
   cause?: unknown;
+  /** Response headers the error carries: a `WWW-Authenticate` challenge, `Retry-After`, `Allow`. */
+  headers?: Readonly<Record<string, string>>;
 }
 
 export class TokengateError extends Error {
@@ -56,6 +62,7 @@ export class TokengateError extends Error {
   readonly error: string;
   readonly description: string;
   readonly detail: string | undefined;
+  readonly headers: Readonly<Record<string, string>> | undefined;
 
   constructor(code: ErrorCode, options: ErrorOptions = {}) {
     const entry = ERRORS[code];
@@ -66,6 +73,7 @@ export class TokengateError extends Error {
     this.error = entry.error;
     this.description = options.description ?? entry.description;
     this.detail = options.detail;
+    this.headers = options.headers;
   }
 
   /** The RFC 6749 section 5.2 / RFC 6750 error body. */
@@ -89,16 +97,37 @@ export function quoteAuthParam(value: string): string {
  * code when no token was presented at all) and for the admin token.
  */
 export function authenticateChallenge(failure: TokengateError, realm: string): string | undefined {
-  const quotedRealm = quoteAuthParam(realm);
   switch (failure.code) {
     case 'INVALID_CLIENT':
-      return `Basic realm=${quotedRealm}`;
+      return `Basic realm=${quoteAuthParam(realm)}`;
     case 'TOKEN_MISSING':
     case 'ADMIN_UNAUTHORIZED':
-      return `Bearer realm=${quotedRealm}`;
+      return bearerChallenge(realm);
     case 'INVALID_TOKEN':
-      return `Bearer realm=${quotedRealm}, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
+      return bearerChallenge(realm, failure);
     default:
       return undefined;
   }
+}
+
+/**
+ * The `WWW-Authenticate` value of RFC 6750 section 3: a bare `Bearer realm="..."` when the
+ * request carried no bearer credential, otherwise with the error code and its description,
+ * and the scopes the resource needs for `insufficient_scope`.
+ */
+export function bearerChallenge(realm: string, failure?: { error: string; description: string }, scopes: readonly string[] = []): string {
+  let challenge = `Bearer realm=${quoteAuthParam(realm)}`;
+  if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
+  if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
+  return challenge;
+}
+
+/**
+ * A whole HTTP/1.1 error response as bytes, for failures found before there is a request
+ * object to answer through (a head the parser refuses): the same body and headers as the
+ * renderer in app.ts gives every other error, and the connection is closed after it.
+ */
+export function rawErrorResponse(failure: TokengateError): string {
+  const body = JSON.stringify(failure.toBody());
+  return `HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? 'Error'}\r\ncontent-type: application/json; charset=utf-8\r\ncache-control: no-store\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }

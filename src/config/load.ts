@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { ConfigSchema, type Config } from './schema.js';
-import { checkRoutes } from './routes.js';
+import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { decodeTagKey } from '../token/token-value.js';
 
 /** One thing wrong with a config file, located by its key path (`routes[2].upstream`). */
@@ -147,7 +147,7 @@ function checkSemantics(config: Config): ConfigProblem[] {
   if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
     problems.push({ path: 'admin.port', message: 'the ops listener cannot share the public listener\'s address and port' });
   }
-  problems.push(...checkRoutes(config.routes));
+  problems.push(...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled }), ...checkGatewayHeaders(config.gateway));
   return problems;
 }
 

@@ -24,7 +24,9 @@ export const REDACT_PATHS = [
   '*.refresh_token',
   '*.client_secret',
   '*.password',
-  '*.code',
+  // `code` only where it can be an authorization code: `err.code` must stay readable.
+  'body.code',
+  'query.code',
   '*.code_verifier',
   '*.token',
   'access_token',

@@ -30,7 +30,7 @@ export function createTokenMinter(tagKey: Buffer): TokenMinter {
       return Buffer.concat([random, tagOf(random)]).toString('base64url');
     },
     hasValidTag(value) {
-      if (value.length !== TOKEN_LENGTH || !BASE64URL_43.test(value)) return false;
+      if (!hasTokenShape(value)) return false;
       const raw = Buffer.from(value, 'base64url');
       // 43 base64url characters hold 258 bits: a value whose spare 2 bits are set decodes to the
       // same bytes as another value, so re-encode to refuse non-canonical spellings.
@@ -38,6 +38,11 @@ export function createTokenMinter(tagKey: Buffer): TokenMinter {
       return timingSafeEqual(raw.subarray(RANDOM_BYTES), tagOf(raw.subarray(0, RANDOM_BYTES)));
     },
   };
+}
+
+/** 43 characters of base64url: the only shape a token value of this deployment can have. No I/O. */
+export function hasTokenShape(value: string): boolean {
+  return value.length === TOKEN_LENGTH && BASE64URL_43.test(value);
 }
 
 /** Store keys hold this digest, never the token value itself. */

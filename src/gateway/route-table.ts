@@ -1,0 +1,106 @@
+import type { Config, RouteConfig } from '../config/schema.js';
+import { normalizePrefix } from '../config/routes.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { TokenKind } from '../token/kinds.js';
+import { PATH_REFUSALS, type PathRefusal } from './normalize-path.js';
+import { compileRouteDenials, compileUnroutedDenials, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
+
+/** One configured route, compiled at start: everything a request needs is a field read away. */
+export interface GatewayRoute<Target> {
+  /** The canonical prefix; also the route's metric label and log field. */
+  readonly prefix: string;
+  /** What a path strictly below the prefix starts with (segment-aware: `/me/`, never `/meow`). */
+  readonly below: string;
+  readonly methods: ReadonlySet<string>;
+  readonly token: RouteConfig['token'];
+  readonly scopes: readonly string[];
+  readonly allowQueryToken: boolean;
+  readonly allowBodyToken: boolean;
+  /** Where each kind of token goes; null for a kind the route refuses. */
+  readonly targets: Readonly<Record<TokenKind, Target | null>>;
+  readonly denials: Readonly<Record<RouteDenialReason, Denial>>;
+  /** Segments, below this prefix, of the more specific routes nested under it (usually none). */
+  readonly nested: ReadonlyArray<readonly string[]>;
+}
+
+export interface RouteTable<Target> {
+  /**
+   * Longest-prefix, segment-aware, case-sensitive match of a normalized path; a refusal when
+   * the path is a lookalike of a more specific route (see lookalikeOfNestedRoute).
+   */
+  match(path: string): GatewayRoute<Target> | PathRefusal | null;
+  readonly unrouted: UnroutedDenials;
+}
+
+/** Builds the forwarding target of one route and token kind (upstream origin, timeout, metrics, failure answers). */
+export type TargetFactory<Target> = (spec: { route: RouteConfig; label: string; upstream: string; denials: Readonly<Record<RouteDenialReason, Denial>> }) => Target;
+
+/** Compiles config.routes (already checked by checkRoutes at load) into the table requests are matched against. */
+export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Metrics, createTarget: TargetFactory<Target>): RouteTable<Target> {
+  const routes = config.routes.map((route): GatewayRoute<Target> => {
+    const prefix = normalizePrefix(route.path);
+    if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
+    const denials = compileRouteDenials(route, prefix, config.gateway.realm, metrics);
+    const upstreamFor = (kind: TokenKind): string | undefined => (route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream));
+    const targetFor = (kind: TokenKind): Target | null => {
+      const upstream = upstreamFor(kind);
+      return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials });
+    };
+    return {
+      prefix,
+      below: prefix === '/' ? '/' : `${prefix}/`,
+      methods: new Set(route.methods),
+      token: route.token,
+      scopes: route.scopes,
+      allowQueryToken: route.allowQueryToken,
+      allowBodyToken: route.allowBodyToken,
+      targets: { user: targetFor('user'), application: targetFor('application') },
+      denials,
+      nested: config.routes
+        .map((other) => normalizePrefix(other.path)!)
+        .filter((other) => other !== prefix && other.startsWith(prefix === '/' ? '/' : `${prefix}/`))
+        .map((other) => other.slice(prefix === '/' ? 1 : prefix.length + 1).split('/')),
+    };
+  });
+  // Longest prefix first, so the first match is the most specific route.
+  routes.sort((a, b) => b.prefix.length - a.prefix.length);
+  return {
+    unrouted: compileUnroutedDenials(metrics),
+    match(path) {
+      for (const route of routes) {
+        if (path === route.prefix || path.startsWith(route.below)) {
+          return route.nested.length > 0 && lookalikeOfNestedRoute(path.slice(route.below.length).split('/'), route.nested) ? PATH_REFUSALS.lookalike : route;
+        }
+      }
+      return null;
+    },
+  };
+}
+
+/**
+ * A path under a route that a lenient upstream could read as a more specific route nested
+ * under it: `/events/ADMIN`, `/events/admin;x` or `/events/admin.json` beside a route
+ * `/events/admin` (case-insensitive routers, servlet path parameters, format suffixes). The
+ * token was checked for the outer route only, so such a path is refused as ambiguous.
+ */
+function lookalikeOfNestedRoute(segments: readonly string[], nested: ReadonlyArray<readonly string[]>): boolean {
+  return nested.some((route) => {
+    let lookalike = false;
+    for (let index = 0; index < route.length; index += 1) {
+      const segment = segments[index];
+      const expected = route[index]!;
+      if (segment === undefined) return false;
+      if (segment === expected) continue;
+      if (!resembles(segment, expected)) return false;
+      lookalike = true;
+    }
+    return lookalike;
+  });
+}
+
+function resembles(segment: string, expected: string): boolean {
+  const lower = segment.toLowerCase();
+  const target = expected.toLowerCase();
+  if (lower === target) return true;
+  return lower.startsWith(target) && /^(?:[;.]|%3b)/.test(lower.slice(target.length));
+}

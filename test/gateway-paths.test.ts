@@ -1,0 +1,219 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { ConfigError, parseConfig } from '../src/config/load.js';
+import { normalizePath, PathRefusal } from '../src/gateway/normalize-path.js';
+import { APPLICATION_TOKEN, rawRequest, startGateway, startUpstream, statusOf, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+
+/**
+ * Path confusion: every attempt is sent byte for byte over a socket, and the test asserts on
+ * what each upstream actually received. One upstream per route, so "reached the wrong route"
+ * is visible as "reached the wrong upstream".
+ */
+
+const ROUTES = {
+  me: { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'] },
+  tickets: { path: '/api/public/tickets', token: 'user', scopes: ['public'] },
+  events: { path: '/api/public/events', token: 'application', scopes: ['public'] },
+  eventsAdmin: { path: '/api/public/events/admin', token: 'application', scopes: ['public', 'admin'] },
+} as const;
+type RouteName = keyof typeof ROUTES;
+
+const upstreams = {} as Record<RouteName, Upstream>;
+let gateway: GatewayUnderTest;
+let tokens: { user: string; application: string };
+
+beforeAll(async () => {
+  for (const name of Object.keys(ROUTES) as RouteName[]) upstreams[name] = await startUpstream();
+  gateway = await startGateway({ routes: Object.entries(ROUTES).map(([name, route]) => ({ ...route, upstream: upstreams[name as RouteName].url })) }, { label: 'gateway-paths' });
+  tokens = { user: await gateway.issue(), application: await gateway.issue(APPLICATION_TOKEN) };
+});
+
+afterAll(async () => {
+  await gateway?.close();
+  await Promise.all(Object.values(upstreams).map((upstream) => upstream.close()));
+});
+
+type Outcome = { refused: number } | { reaches: RouteName; as: string };
+
+/** [request target as sent, token kind, outcome]: refused with a status and forwarded nowhere, or forwarded to exactly one route's upstream as exactly that path. */
+const ATTEMPTS: Array<[string, 'user' | 'application', Outcome]> = [
+  // dot segments, raw and encoded, to step from a user route into the organizer route
+  ['/api/public/me/../events', 'user', { refused: 400 }],
+  ['/api/public/me/./', 'user', { refused: 400 }],
+  ['/api/public/me/.', 'user', { refused: 400 }],
+  ['/api/public/me/..', 'user', { refused: 400 }],
+  ['/api/public/me/%2e%2e/events', 'user', { refused: 400 }],
+  ['/api/public/me/%2E%2e/events', 'user', { refused: 400 }],
+  ['/api/public/me/.%2e/events', 'user', { refused: 400 }],
+  ['/api/public/me/%2e./events', 'user', { refused: 400 }],
+  ['/api/public/me/%2e', 'user', { refused: 400 }],
+  ['/api/public/tickets/../../../../etc/passwd', 'user', { refused: 400 }],
+  // servlet-style path parameters on dot segments
+  ['/api/public/me/..;/events', 'user', { refused: 400 }],
+  ['/api/public/me/.;x=1/events', 'user', { refused: 400 }],
+  ['/api/public/me/%2e%2e%3b/events', 'user', { refused: 400 }],
+  // encoded slashes and backslashes, raw backslashes
+  ['/api/public/me/..%2fevents', 'user', { refused: 400 }],
+  ['/api/public/events/..%2fme', 'user', { refused: 400 }],
+  ['/api/public/me%2f..%2fevents', 'user', { refused: 400 }],
+  ['/api/public/me/..%5cevents', 'user', { refused: 400 }],
+  ['/api/public/me/..%5Cevents', 'user', { refused: 400 }],
+  ['/api/public/me\\..\\events', 'user', { refused: 400 }],
+  ['/api/public/me/..\\events', 'user', { refused: 400 }],
+  // double encoding
+  ['/api/public/me/%252e%252e/events', 'user', { refused: 400 }],
+  ['/api/public/me/%252fevents', 'user', { refused: 400 }],
+  ['/api/public/me/%255cevents', 'user', { refused: 400 }],
+  // empty segments
+  ['//api/public/events', 'application', { refused: 400 }],
+  ['/api/public//events', 'application', { refused: 400 }],
+  ['/api/public/me//../events', 'user', { refused: 400 }],
+  ['/api/public/events//admin', 'application', { refused: 400 }],
+  ['/api/public/events/./admin', 'application', { refused: 400 }],
+  // overlong UTF-8, NUL, broken escapes, characters that must be encoded
+  ['/api/public/me/%c0%ae%c0%ae/events', 'user', { refused: 400 }],
+  ['/api/public/me/%e0%80%ae', 'user', { refused: 400 }],
+  ['/api/public/me/%00', 'user', { refused: 400 }],
+  ['/api/public/me%00/../events', 'user', { refused: 400 }],
+  ['/api/public/me/%0a', 'user', { refused: 400 }],
+  ['/api/public/me/%', 'user', { refused: 400 }],
+  ['/api/public/me/%zz', 'user', { refused: 400 }],
+  ['/api/public/me/a"b', 'user', { refused: 400 }],
+  ['/api/public/me/{x}', 'user', { refused: 400 }],
+  ['/api/public/me#/../events', 'user', { refused: 400 }],
+  // request targets that are not an absolute path
+  ['http://evil.example/api/public/me', 'user', { refused: 400 }],
+  ['*', 'user', { refused: 400 }],
+  ['api/public/me', 'user', { refused: 400 }],
+  // case: routes match case-sensitively, so a case variant matches no route
+  ['/API/public/events', 'application', { refused: 404 }],
+  ['/api/PUBLIC/me', 'user', { refused: 404 }],
+  ['/Api/Public/Me', 'user', { refused: 404 }],
+  // segment-aware prefixes
+  ['/api/public/meow', 'user', { refused: 404 }],
+  ['/api/public/me;x=1', 'user', { refused: 404 }],
+  ['/api/public/me.json', 'user', { refused: 404 }],
+  ['/api/public/eventsadmin', 'application', { refused: 404 }],
+  // lookalikes of the nested /api/public/events/admin route, which needs the admin scope
+  ['/api/public/events/ADMIN', 'application', { refused: 400 }],
+  ['/api/public/events/Admin/keys', 'application', { refused: 400 }],
+  ['/api/public/events/admin;jsessionid=1', 'application', { refused: 400 }],
+  ['/api/public/events/admin%3Bx', 'application', { refused: 400 }],
+  ['/api/public/events/admin.json', 'application', { refused: 400 }],
+  ['/api/public/events/%61dmin', 'application', { refused: 403 }],
+  ['/api/public/events/admin/', 'application', { refused: 403 }],
+  ['/api/public/events/admin/keys', 'application', { refused: 403 }],
+  // a segment that merely starts or ends with two dots is refused by the forwarder's own traversal guard
+  ['/api/public/me/..hidden', 'user', { refused: 400 }],
+  ['/api/public/me/x../y', 'user', { refused: 400 }],
+  // what is forwarded, and exactly as what
+  ['/api/public/me', 'user', { reaches: 'me', as: '/api/public/me' }],
+  ['/api/public/me/', 'user', { reaches: 'me', as: '/api/public/me/' }],
+  ['/api/public/me/%7Euser', 'user', { reaches: 'me', as: '/api/public/me/~user' }],
+  ['/api/public/me/%41%2d%5f', 'user', { reaches: 'me', as: '/api/public/me/A-_' }],
+  ['/api/public/me/caf%c3%a9', 'user', { reaches: 'me', as: '/api/public/me/caf%C3%A9' }],
+  ['/api/public/me/a%3bb', 'user', { reaches: 'me', as: '/api/public/me/a%3Bb' }],
+  ['/api/public/me/100%25', 'user', { reaches: 'me', as: '/api/public/me/100%25' }],
+  ['/api/public/me/.well-known', 'user', { reaches: 'me', as: '/api/public/me/.well-known' }],
+  ['/api/public/me/x;v=1', 'user', { reaches: 'me', as: '/api/public/me/x;v=1' }],
+  ['/api/public/me?next=/../events', 'user', { reaches: 'me', as: '/api/public/me?next=/../events' }],
+  ['/api/public/tickets/7/seats', 'user', { reaches: 'tickets', as: '/api/public/tickets/7/seats' }],
+  ['/api/public/events/administrators', 'application', { reaches: 'events', as: '/api/public/events/administrators' }],
+  ['/api/public/events/%7e', 'application', { reaches: 'events', as: '/api/public/events/~' }],
+];
+
+describe('path confusion', () => {
+  it(`sends none of ${ATTEMPTS.length} crafted paths to a route it was not checked for, or outside its route's prefix`, async () => {
+    expect(ATTEMPTS.length).toBeGreaterThanOrEqual(30);
+    for (const [target, kind, outcome] of ATTEMPTS) {
+      const before = Object.fromEntries(Object.entries(upstreams).map(([name, upstream]) => [name, upstream.received.length]));
+      const answer = await rawRequest(gateway.port, `GET ${target} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${tokens[kind]}\r\nConnection: close\r\n\r\n`);
+      const reached = Object.entries(upstreams).filter(([name, upstream]) => upstream.received.length !== before[name]).map(([name]) => name);
+      if ('refused' in outcome) {
+        expect({ target, status: statusOf(answer), reached }).toEqual({ target, status: outcome.refused, reached: [] });
+        expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), target).toEqual({ error: expect.stringMatching(/^[a-z_]+$/), error_description: expect.any(String) });
+      } else {
+        expect({ target, status: statusOf(answer), reached }).toEqual({ target, status: 200, reached: [outcome.reaches] });
+        const received = upstreams[outcome.reaches].received.at(-1)!.url;
+        expect({ target, received }).toEqual({ target, received: outcome.as });
+        const prefix = ROUTES[outcome.reaches].path;
+        const receivedPath = received.split('?')[0]!;
+        expect(receivedPath === prefix || receivedPath.startsWith(`${prefix}/`), target).toBe(true);
+      }
+    }
+  });
+});
+
+describe('normalizePath', () => {
+  // Pieces that matter to path parsers; random sequences of them probe the normalizer's invariants.
+  const PIECES = ['/', '/', 'a', 'B', '.', '..', '%2e', '%2E', '%2f', '%5C', '\\', ';', '%3b', '%25', '%41', '%7e', '~', '%c0%ae', '%e2%82%ac', '%00', '%', '%zz', '//', ':', '@', '!', '"', '+'];
+
+  it('returns only canonical, WHATWG-stable paths without dot or empty segments, and is idempotent', () => {
+    let seed = 42;
+    const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+    let accepted = 0;
+    for (let run = 0; run < 20_000; run += 1) {
+      let raw = '/';
+      const length = 1 + Math.floor(random() * 8);
+      for (let index = 0; index < length; index += 1) raw += PIECES[Math.floor(random() * PIECES.length)];
+      const path = normalizePath(raw);
+      if (path instanceof PathRefusal) continue;
+      accepted += 1;
+      expect(normalizePath(path), raw).toBe(path);
+      // undici sends URL(...).pathname: it must be the path itself, byte for byte.
+      expect(new URL(`http://upstream.test${path}`).pathname, raw).toBe(path);
+      expect(path, raw).not.toMatch(/\/\/|%2F|%5C|%25(2E|2F|5C)|\\/i);
+      const segments = decodeURIComponent(path).split('/');
+      expect(segments.some((segment) => segment === '.' || segment === '..'), raw).toBe(false);
+    }
+    expect(accepted).toBeGreaterThan(1_000);
+  });
+});
+
+describe('route checks at load', () => {
+  function problemsOf(routes: unknown[], extra: Record<string, unknown> = {}): string[] {
+    try {
+      parseConfig(stringify({ store: { driver: 'memory' }, routes, ...extra }), 'routes.yaml', {});
+      return [];
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      return error.problems.map((problem) => `${problem.path}: ${problem.message}`);
+    }
+  }
+  const upstream = 'http://127.0.0.1:3001';
+
+  it('accepts the shipped ticketing layout and nested prefixes', () => {
+    expect(problemsOf([{ path: '/api/public/me', upstream }, { path: '/api/public/me/settings', upstream, scopes: ['settings'] }])).toEqual([]);
+  });
+
+  it('refuses prefixes that are not canonical, duplicated (also by letter case), or overlap the issuer', () => {
+    for (const path of ['api/x', '/api//x', '/api/./x', '/api/../x', '/api/%2e%2e', '/api/%7Ex', '/api/x?y', '/api\\x', '/api/{id}', '/api/%2F']) {
+      expect(problemsOf([{ path, upstream }]), path).toEqual([expect.stringMatching(/^routes\[0\]\.path: .*canonical form/)]);
+    }
+    expect(problemsOf([{ path: '/api/x', upstream }, { path: '/api/x/', upstream }])).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*already routed by routes\[0\]/)]);
+    expect(problemsOf([{ path: '/api/x', upstream }, { path: '/API/X', upstream }])).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*ignoring letter case/)]);
+    for (const path of ['/', '/oauth', '/oauth/token', '/.well-known/x']) {
+      expect(problemsOf([{ path, upstream }]), path).toEqual([expect.stringMatching(/^routes\[0\]\.path: .*overlaps the issuer/)]);
+    }
+    expect(problemsOf([{ path: '/', upstream }], { issuer: { enabled: false } })).toEqual([]);
+  });
+
+  it('refuses upstreams that are not plain origins, methods it does not forward, and scopes that are not scope tokens', () => {
+    expect(problemsOf([{ path: '/a', upstream: 'http://127.0.0.1:3001/v1' }])).toEqual([expect.stringMatching(/^routes\[0\]\.upstream: .*without a path/)]);
+    expect(problemsOf([{ path: '/a', upstream: 'ftp://x' }])).toEqual([expect.stringMatching(/must be http or https/)]);
+    expect(problemsOf([{ path: '/a', upstream: 'http://u:p@x' }])).toEqual([expect.stringMatching(/must not embed credentials/)]);
+    expect(problemsOf([{ path: '/a', upstream, methods: ['GET', 'TRACE'] }])).toEqual([expect.stringMatching(/^routes\[0\]\.methods\[1\]: "TRACE" is not forwarded/)]);
+    expect(problemsOf([{ path: '/a', upstream, scopes: ['a"b'] }])).toEqual([expect.stringMatching(/^routes\[0\]\.scopes\[0\]: .*not a scope token/)]);
+  });
+
+  it('refuses identity and request id header names that are reserved, repeated or spelt with "_"', () => {
+    const problems = problemsOf([], { gateway: { requestIdHeader: 'X-Auth-Scope', identityHeaders: { userId: 'x_user', clientId: 'Authorization', scope: 'x-auth-scope', tokenKind: 'x-kind' } } });
+    expect(problems).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/^gateway\.identityHeaders\.userId: .*letters, digits/),
+        expect.stringMatching(/^gateway\.identityHeaders\.clientId: .*reserved/),
+        expect.stringMatching(/^gateway\.requestIdHeader: .*already used by gateway\.identityHeaders\.scope/),
+      ]),
+    );
+  });
+});
