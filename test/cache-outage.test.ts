@@ -6,9 +6,9 @@ import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { CachedTokenStore, cached } from '../src/store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord, type TokenStore } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { countingStore } from './support/gateway.js';
 import { valueOf } from './support/metrics.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
-import { counting } from './support/stores.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
 import { eventually, sleep } from './support/wait.js';
 
@@ -32,16 +32,17 @@ const opened: Array<{ close(): Promise<void> }> = [];
 interface Sidecar {
   cache: CachedTokenStore;
   metrics: Metrics;
-  storeCalls(method: keyof TokenStore): number;
+  /** getAccessToken calls that reached the real Redis store behind the cache. */
+  storeReads(): number;
 }
 
 async function sidecar(config: Partial<CacheConfig> = {}): Promise<Sidecar> {
-  const counted = counting(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }));
+  const counted = countingStore(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }));
   const metrics = createMetrics();
   const cache = cached(counted.store, { ...defaults, ...config }, metrics);
   await cache.subscribed;
   opened.push(cache);
-  return { cache, metrics, storeCalls: counted.calls };
+  return { cache, metrics, storeReads: () => counted.calls.getAccessToken };
 }
 
 /** How a lookup ended and how long it took. */
@@ -105,7 +106,7 @@ describe('token cache: the revocation subscription', () => {
     await gateway.cache.saveAccessToken(valid, accessToken());
     expect(await gateway.cache.getAccessToken(revoked)).not.toBeNull();
     expect(await gateway.cache.getAccessToken(valid)).not.toBeNull();
-    const reads = gateway.storeCalls('getAccessToken');
+    const reads = gateway.storeReads();
 
     // Keep the subscriber out: no room for it to reconnect, while the command connection stays.
     const admin = redis.client();
@@ -117,7 +118,7 @@ describe('token cache: the revocation subscription', () => {
 
     expect(await gateway.cache.getAccessToken(revoked)).toBeNull();
     expect(await gateway.cache.getAccessToken(valid)).not.toBeNull();
-    expect(gateway.storeCalls('getAccessToken')).toBe(reads + 2);
+    expect(gateway.storeReads()).toBe(reads + 2);
 
     // The store is gone too: then nothing can be revoked through it either, and the cache answers.
     admin.disconnect();

@@ -4,9 +4,10 @@ import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { cached, type CachedTokenStore } from '../src/store/cached.js';
 import type { AccessTokenRecord, TokenStore } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { countingStore } from './support/gateway.js';
 import { observationsOf, valueOf } from './support/metrics.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
-import { counting, holdingReads } from './support/stores.js';
+import { holdingReads } from './support/stores.js';
 import { eventually, sleep } from './support/wait.js';
 
 const prefix = uniquePrefix('cache');
@@ -23,20 +24,20 @@ function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRec
 interface Sidecar {
   cache: CachedTokenStore;
   metrics: Metrics;
-  /** Calls the real Redis store behind the cache received. */
-  storeCalls(method: keyof TokenStore): number;
+  /** getAccessToken calls that reached the real Redis store behind the cache. */
+  storeReads(): number;
 }
 
 const opened: CachedTokenStore[] = [];
 
 /** One sidecar's view: a cache over its own Redis store, all sidecars sharing one key prefix. */
 async function sidecar(config: Partial<CacheConfig> = {}, wrap: (store: TokenStore) => TokenStore = (store) => store): Promise<Sidecar> {
-  const counted = counting(createTestRedisStore(prefix));
+  const counted = countingStore(createTestRedisStore(prefix));
   const metrics = createMetrics();
   const cache = cached(wrap(counted.store), { ...defaults, ...config }, metrics);
   await cache.subscribed;
   opened.push(cache);
-  return { cache, metrics, storeCalls: counted.calls };
+  return { cache, metrics, storeReads: () => counted.calls.getAccessToken };
 }
 
 afterEach(async () => {
@@ -49,14 +50,14 @@ afterAll(async () => {
 
 describe('token cache: what it serves', () => {
   it('answers a cached token without a store call, and only for its cache life', async () => {
-    const { cache, metrics, storeCalls } = await sidecar({ ttlSeconds: 1 });
+    const { cache, metrics, storeReads } = await sidecar({ ttlSeconds: 1 });
     const digest = newDigest();
     await cache.saveAccessToken(digest, accessToken());
     const firstRead = Date.now();
     const record = await cache.getAccessToken(digest);
     expect(record).toMatchObject({ userId: 'user-1', scopes: ['public'] });
     for (let i = 0; i < 5; i++) expect(await cache.getAccessToken(digest)).toBe(record);
-    expect(storeCalls('getAccessToken')).toBe(1);
+    expect(storeReads()).toBe(1);
     expect(await valueOf(metrics.cacheHits)).toBe(5);
     expect(await valueOf(metrics.cacheMisses)).toBe(1);
 
@@ -65,18 +66,18 @@ describe('token cache: what it serves', () => {
     expect(await cache.getAccessToken(digest)).toBe(record);
     await sleep(firstRead + 1_000 - Date.now() + 20);
     expect(await cache.getAccessToken(digest)).toBeNull();
-    expect(storeCalls('getAccessToken')).toBe(2);
+    expect(storeReads()).toBe(2);
   });
 
   it('never answers for a token past its own expiry, however long the cache life', async () => {
-    const { cache, storeCalls } = await sidecar({ ttlSeconds: 3600, staleIfErrorSeconds: 3600 });
+    const { cache, storeReads } = await sidecar({ ttlSeconds: 3600, staleIfErrorSeconds: 3600 });
     const digest = newDigest();
     await cache.saveAccessToken(digest, accessToken({ expiresAt: Date.now() + 300 }));
     expect(await cache.getAccessToken(digest)).not.toBeNull();
     await sleep(320);
     expect(await cache.getAccessToken(digest)).toBeNull();
     // Refused by the cache itself: it knows the expiry, the store was not asked.
-    expect(storeCalls('getAccessToken')).toBe(1);
+    expect(storeReads()).toBe(1);
   });
 
   it('hands out frozen records: one caller cannot change what the next one is served', async () => {
@@ -90,7 +91,7 @@ describe('token cache: what it serves', () => {
   });
 
   it('sends one store call for concurrent misses on the same token', async () => {
-    const { cache, metrics, storeCalls } = await sidecar();
+    const { cache, metrics, storeReads } = await sidecar();
     const known = newDigest();
     await cache.saveAccessToken(known, accessToken());
     const unknown = newDigest();
@@ -98,7 +99,7 @@ describe('token cache: what it serves', () => {
     const answers = await Promise.all(Array.from({ length: 100 }, (_, i) => cache.getAccessToken(i % 2 === 0 ? known : unknown)));
     expect(answers.filter((answer) => answer === null)).toHaveLength(50);
     expect(new Set(answers.filter((answer) => answer !== null)).size).toBe(1);
-    expect(storeCalls('getAccessToken')).toBe(2);
+    expect(storeReads()).toBe(2);
     expect(await valueOf(metrics.cacheMisses)).toBe(2);
     expect(await valueOf(metrics.cacheSharedMisses)).toBe(98);
   });
@@ -106,10 +107,10 @@ describe('token cache: what it serves', () => {
 
 describe('token cache: unknown tokens', () => {
   it('remembers an unknown token, and forgets it when the token is saved through it', async () => {
-    const { cache, metrics, storeCalls } = await sidecar();
+    const { cache, metrics, storeReads } = await sidecar();
     const digest = newDigest();
     for (let i = 0; i < 10; i++) expect(await cache.getAccessToken(digest)).toBeNull();
-    expect(storeCalls('getAccessToken')).toBe(1);
+    expect(storeReads()).toBe(1);
     expect(await valueOf(metrics.cacheNegativeHits)).toBe(9);
 
     await cache.saveAccessToken(digest, accessToken());
@@ -146,17 +147,17 @@ describe('token cache: unknown tokens', () => {
   });
 
   it('keeps unknown tokens apart: a flood of them never evicts a valid token, and both stay bounded', async () => {
-    const { cache, metrics, storeCalls } = await sidecar({ maxEntries: 20, negativeMaxEntries: 10 });
+    const { cache, metrics, storeReads } = await sidecar({ maxEntries: 20, negativeMaxEntries: 10 });
     const valid = Array.from({ length: 20 }, newDigest);
     await Promise.all(valid.map((digest) => cache.saveAccessToken(digest, accessToken())));
     for (const digest of valid) expect(await cache.getAccessToken(digest)).not.toBeNull();
-    expect(storeCalls('getAccessToken')).toBe(20);
+    expect(storeReads()).toBe(20);
 
     const flood = Array.from({ length: 500 }, newDigest);
     expect((await Promise.all(flood.map((digest) => cache.getAccessToken(digest)))).every((answer) => answer === null)).toBe(true);
-    expect(storeCalls('getAccessToken')).toBe(520);
+    expect(storeReads()).toBe(520);
     for (const digest of valid) expect(await cache.getAccessToken(digest)).not.toBeNull();
-    expect(storeCalls('getAccessToken')).toBe(520);
+    expect(storeReads()).toBe(520);
     expect(await valueOf(metrics.cacheEntries, { kind: 'valid' })).toBe(20);
     expect(await valueOf(metrics.cacheEntries, { kind: 'unknown' })).toBe(10);
     expect(await valueOf(metrics.cacheEvictions, { kind: 'unknown' })).toBe(490);
@@ -189,7 +190,7 @@ describe('token cache: revocation', () => {
       expect(await gateway.cache.getAccessToken(digest)).not.toBeNull();
       expect(await issuer.cache.getAccessToken(digest)).not.toBeNull();
     }
-    const gatewayReads = gateway.storeCalls('getAccessToken');
+    const gatewayReads = gateway.storeReads();
 
     const revocations: Array<[string, () => Promise<number>]> = [
       [single, () => issuer.cache.revokeAccessToken(single)],
@@ -205,7 +206,7 @@ describe('token cache: revocation', () => {
       await eventually(async () => (await gateway.cache.getAccessToken(digest)) === null);
     }
     expect(await gateway.cache.getAccessToken(untouched)).not.toBeNull();
-    expect(gateway.storeCalls('getAccessToken')).toBe(gatewayReads + 4);
+    expect(gateway.storeReads()).toBe(gatewayReads + 4);
     expect(await valueOf(gateway.metrics.revocationMessages)).toBe(4);
     expect(await observationsOf(gateway.metrics.revocationDelay)).toBe(4);
   });

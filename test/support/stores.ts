@@ -1,21 +1,5 @@
 import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
 
-/** The real store, with a count of the calls each of its methods received. */
-export function counting(store: TokenStore): { store: TokenStore; calls(method: keyof TokenStore): number } {
-  const counts = new Map<PropertyKey, number>();
-  const proxy = new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target) as unknown;
-      if (typeof value !== 'function') return value;
-      return (...args: unknown[]) => {
-        counts.set(property, (counts.get(property) ?? 0) + 1);
-        return (value as (...args: unknown[]) => unknown).apply(target, args);
-      };
-    },
-  });
-  return { store: proxy, calls: (method) => counts.get(method) ?? 0 };
-}
-
 /**
  * The real store, whose getAccessToken reads at once but hands its answer back only on
  * release(): a lookup frozen in flight, so a test can revoke or save while it is.
