@@ -6,7 +6,7 @@ import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { CachedTokenStore, cached } from '../src/store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord, type TokenStore } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { countingStore } from './support/gateway.js';
+import { countingStore, startGateway, startUpstream } from './support/gateway.js';
 import { valueOf } from './support/metrics.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
@@ -357,5 +357,65 @@ describe('tokengate with the cache: wiring and readiness', () => {
     await redis.restart();
     await eventually(async () => (await tokengate.ops.inject('/readyz')).statusCode === 200);
     expect(await valueOf(tokengate.context.metrics.storeUp)).toBe(1);
+  });
+});
+
+describe('the gateway while Redis is killed and restarted under traffic', () => {
+  it('keeps answering: cached tokens 200, others 503 + Retry-After within the command timeout, never 401 for a valid token; recovers without a restart', async () => {
+    const upstream = await startUpstream();
+    const gateway = await startGateway(
+      { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
+      { label: 'cache-outage-gateway', store: createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }) },
+    );
+    opened.push(gateway, upstream);
+    const request = async (token: string) => {
+      const started = performance.now();
+      const response = await fetch(`${gateway.url}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
+      await response.arrayBuffer();
+      return { status: response.status, retryAfter: response.headers.get('retry-after'), ms: performance.now() - started };
+    };
+    const cachedToken = await gateway.issue();
+    const unseen = await Promise.all(Array.from({ length: 500 }, () => gateway.issue()));
+    expect((await request(cachedToken)).status).toBe(200);
+
+    let phase = 'up' as 'up' | 'down' | 'back';
+    const seen: Array<{ phase: typeof phase; token: 'cached' | 'uncached' | 'unknown'; status: number; retryAfter: string | null; ms: number }> = [];
+    let running = true;
+    const traffic = (async () => {
+      for (let round = 0; running && round < unseen.length; round++) {
+        const now = phase;
+        const results = await Promise.all([request(cachedToken), request(unseen[round]!), request(gateway.tokengate.context.minter.mint())]);
+        seen.push(...(['cached', 'uncached', 'unknown'] as const).map((token, i) => ({ phase: now, token, ...results[i]! })));
+      }
+    })();
+
+    await sleep(100);
+    await redis.kill();
+    phase = 'down';
+    await sleep(700);
+    phase = 'back';
+    await redis.restart();
+    // Restarted empty: a token issued now is accepted without restarting the gateway.
+    let fresh = '';
+    await eventually(async () => {
+      try {
+        fresh = await gateway.issue();
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    await eventually(async () => (await request(fresh)).status === 200);
+    running = false;
+    await traffic;
+
+    const during = seen.filter((each) => each.phase === 'down');
+    expect(during.length).toBeGreaterThan(20);
+    expect(during.filter((each) => each.token === 'cached').every((each) => each.status === 200)).toBe(true);
+    expect(during.filter((each) => each.token !== 'cached').every((each) => each.status === 503 && each.retryAfter !== null)).toBe(true);
+    expect(seen.filter((each) => each.phase !== 'back' && each.token !== 'unknown' && each.status === 401)).toEqual([]);
+    expect(seen.filter((each) => each.status >= 500 && each.status !== 503)).toEqual([]);
+    expect(Math.max(...seen.map((each) => each.ms))).toBeLessThan(COMMAND_TIMEOUT_MS + MARGIN_MS);
+    expect((await gateway.tokengate.ops.inject('/readyz')).statusCode).toBe(200);
   });
 });
