@@ -28,6 +28,10 @@ async function eventually(predicate: () => boolean, timeoutMs = 2_000): Promise<
   }
 }
 
+async function sleepUntil(time: number): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, time - Date.now())));
+}
+
 interface StoreUnderTest {
   store: TokenStore;
   /** A second handle on the same data (another sidecar), or the same store where there is none. */
@@ -211,29 +215,34 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
   });
 
   it('counts within a window that its own increments do not extend', async () => {
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
-    expect(await subject.peer.incrementCounter('login:a', 200)).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(await store.incrementCounter('login:a', 200)).toBe(3);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    // Times are measured from the first increment, with wide margins, so a loaded machine
+    // cannot push a step across the window's end.
+    const windowMs = 1_000;
+    const started = Date.now();
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
+    expect(await subject.peer.incrementCounter('login:a', windowMs)).toBe(2);
+    await sleepUntil(started + 400);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(3);
+    // Had that increment extended the window, the counter would live until ~1,400 ms.
+    await sleepUntil(started + windowMs + 150);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
     await store.resetCounter('login:a');
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
   });
 
   it('takes back an increment of a live counter, and leaves a gone counter gone', async () => {
-    await store.incrementCounter('login:b', 150);
-    await store.incrementCounter('login:b', 150);
+    await store.incrementCounter('login:b', 600);
+    await store.incrementCounter('login:b', 600);
     await subject.peer.decrementCounter('login:b');
-    expect(await store.incrementCounter('login:b', 150)).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await store.incrementCounter('login:b', 600)).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 700));
     await store.decrementCounter('login:b');
     await store.decrementCounter('login:never');
-    expect(await store.incrementCounter('login:b', 150)).toBe(1);
-    expect(await store.incrementCounter('login:never', 150)).toBe(1);
+    expect(await store.incrementCounter('login:b', 600)).toBe(1);
+    expect(await store.incrementCounter('login:never', 600)).toBe(1);
     // the window still ends: a decrement did not leave a counter without expiry
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(await store.incrementCounter('login:b', 150)).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(await store.incrementCounter('login:b', 600)).toBe(1);
   });
 
   it('creates a shared secret once, whoever asks first', async () => {
