@@ -12,6 +12,7 @@ import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
 import { StoreUnavailableError, type TokenStore } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
@@ -40,11 +41,13 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const store = options.store ?? (await openStore(config.store));
   const ownsStore = options.store === undefined;
   const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const metrics = createMetrics();
+  const cache = config.cache.enabled ? cached(store, config.cache, metrics) : null;
   const context: TokengateContext = {
     config,
-    store,
+    store: cache ?? store,
     minter: createTokenMinter(decodeTagKey(tagKey)),
-    metrics: createMetrics(),
+    metrics,
     log,
   };
 
@@ -94,6 +97,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       if (closed) return;
       closed = true;
       await Promise.all([app.close(), ops.close()]);
+      await cache?.stop();
       if (ownsStore) await store.close();
     },
   };

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createMetrics } from '../src/observability/metrics.js';
+import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, TokenStore } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
@@ -26,6 +28,10 @@ async function eventually(predicate: () => boolean, timeoutMs = 2_000): Promise<
   }
 }
 
+async function sleepUntil(time: number): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, time - Date.now())));
+}
+
 interface StoreUnderTest {
   store: TokenStore;
   /** A second handle on the same data (another sidecar), or the same store where there is none. */
@@ -33,33 +39,50 @@ interface StoreUnderTest {
   cleanup(): Promise<void>;
 }
 
-const implementations: Array<[string, () => Promise<StoreUnderTest>]> = [
-  [
-    'memory',
-    async () => {
-      const store = new MemoryStore();
-      return { store, peer: store, cleanup: () => store.close() };
+const openMemory = async (): Promise<StoreUnderTest> => {
+  const store = new MemoryStore();
+  return { store, peer: store, cleanup: () => store.close() };
+};
+
+const openRedis = async (): Promise<StoreUnderTest> => {
+  const prefix = uniquePrefix('contract');
+  const store = createTestRedisStore(prefix);
+  const peer = createTestRedisStore(prefix);
+  return {
+    store,
+    peer,
+    async cleanup() {
+      await Promise.all([store.close(), peer.close()]);
+      await deletePrefix(prefix);
     },
-  ],
-  [
-    'redis',
-    async () => {
-      const prefix = uniquePrefix('contract');
-      const store = createTestRedisStore(prefix);
-      const peer = createTestRedisStore(prefix);
-      return {
-        store,
-        peer,
-        async cleanup() {
-          await Promise.all([store.close(), peer.close()]);
-          await deletePrefix(prefix);
-        },
-      };
+  };
+};
+
+/** The token cache is a store too, and must keep every promise of the store it wraps. */
+const withCache = (open: () => Promise<StoreUnderTest>) => async (): Promise<StoreUnderTest> => {
+  const inner = await open();
+  const store = cached(inner.store, cacheConfig, createMetrics());
+  const peer = inner.peer === inner.store ? store : cached(inner.peer, cacheConfig, createMetrics());
+  await Promise.all([store.subscribed, peer.subscribed]);
+  return {
+    store,
+    peer,
+    async cleanup() {
+      await Promise.all([store.stop(), peer.stop()]);
+      await inner.cleanup();
     },
-  ],
+  };
+};
+const cacheConfig = { enabled: true, maxEntries: 1000, ttlSeconds: 60, negativeTtlSeconds: 5, negativeMaxEntries: 100, staleIfErrorSeconds: 0 };
+
+const implementations: Array<[string, 'memory' | 'redis', () => Promise<StoreUnderTest>]> = [
+  ['memory', 'memory', openMemory],
+  ['redis', 'redis', openRedis],
+  ['cached memory', 'memory', withCache(openMemory)],
+  ['cached redis', 'redis', withCache(openRedis)],
 ];
 
-describe.each(implementations)('token store contract: %s', (driver, open) => {
+describe.each(implementations)('token store contract: %s', (_name, driver, open) => {
   let subject: StoreUnderTest;
   let store: TokenStore;
 
@@ -119,7 +142,7 @@ describe.each(implementations)('token store contract: %s', (driver, open) => {
 
   it('saves, reads and revokes access tokens, publishing the revocation to every subscriber', async () => {
     const events: RevocationEvent[] = [];
-    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onReset: () => {} });
+    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onInterrupted: () => {}, onReset: () => {} });
     const digest = newDigest();
     await store.saveAccessToken(digest, accessToken());
     expect(await subject.peer.getAccessToken(digest)).toEqual(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
@@ -192,29 +215,34 @@ describe.each(implementations)('token store contract: %s', (driver, open) => {
   });
 
   it('counts within a window that its own increments do not extend', async () => {
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
-    expect(await subject.peer.incrementCounter('login:a', 200)).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(await store.incrementCounter('login:a', 200)).toBe(3);
-    await new Promise((resolve) => setTimeout(resolve, 120));
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    // Times are measured from the first increment, with wide margins, so a loaded machine
+    // cannot push a step across the window's end.
+    const windowMs = 1_000;
+    const started = Date.now();
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
+    expect(await subject.peer.incrementCounter('login:a', windowMs)).toBe(2);
+    await sleepUntil(started + 400);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(3);
+    // Had that increment extended the window, the counter would live until ~1,400 ms.
+    await sleepUntil(started + windowMs + 150);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
     await store.resetCounter('login:a');
-    expect(await store.incrementCounter('login:a', 200)).toBe(1);
+    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
   });
 
   it('takes back an increment of a live counter, and leaves a gone counter gone', async () => {
-    await store.incrementCounter('login:b', 150);
-    await store.incrementCounter('login:b', 150);
+    await store.incrementCounter('login:b', 600);
+    await store.incrementCounter('login:b', 600);
     await subject.peer.decrementCounter('login:b');
-    expect(await store.incrementCounter('login:b', 150)).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await store.incrementCounter('login:b', 600)).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 700));
     await store.decrementCounter('login:b');
     await store.decrementCounter('login:never');
-    expect(await store.incrementCounter('login:b', 150)).toBe(1);
-    expect(await store.incrementCounter('login:never', 150)).toBe(1);
+    expect(await store.incrementCounter('login:b', 600)).toBe(1);
+    expect(await store.incrementCounter('login:never', 600)).toBe(1);
     // the window still ends: a decrement did not leave a counter without expiry
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(await store.incrementCounter('login:b', 150)).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(await store.incrementCounter('login:b', 600)).toBe(1);
   });
 
   it('creates a shared secret once, whoever asks first', async () => {

@@ -73,10 +73,11 @@ export const IssuerSchema = closed({
 
 export const CacheSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Keep verified tokens in an in-process LRU cache in front of the store.' }),
-  maxEntries: Type.Integer({ minimum: 1, default: 100_000, description: 'Most tokens kept in the cache.' }),
-  ttlSeconds: Seconds(60, 'Longest time a token stays cached (never beyond its own expiry).'),
-  negativeTtlSeconds: Seconds(5, 'How long an unknown token is remembered as unknown.'),
-  staleIfErrorSeconds: Seconds(0, 'While the store is unreachable, keep honouring cached tokens this long past their cache life. 0: off.'),
+  maxEntries: Type.Integer({ minimum: 1, default: 100_000, description: 'Most valid tokens kept in the cache; the least recently used goes first.' }),
+  ttlSeconds: Seconds(60, 'Longest time a token stays cached (never beyond its own expiry). 0: valid tokens are not cached.'),
+  negativeTtlSeconds: Seconds(5, 'How long an unknown token is remembered as unknown; also the longest a token first presented before the store had it stays refused on another sidecar. 0: not remembered.'),
+  negativeMaxEntries: Type.Integer({ minimum: 1, default: 10_000, description: 'Most unknown tokens remembered, apart from the valid ones: a flood of unknown tokens never evicts a valid one.' }),
+  staleIfErrorSeconds: Seconds(0, 'While the store is unreachable, keep honouring cached tokens this long past their cache life (never past their own expiry). 0: off.'),
 });
 
 export const IdentityHeadersSchema = closed({

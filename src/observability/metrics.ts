@@ -28,9 +28,10 @@ export function createMetrics() {
     cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
     cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),
     cacheSharedMisses: new Counter({ name: 'tokengate_cache_shared_misses_total', help: 'Lookups that joined a store call already in flight for the same token.', registers }),
-    cacheEvictions: new Counter({ name: 'tokengate_cache_evictions_total', help: 'Entries evicted from the cache to make room.', registers }),
+    cacheStaleHits: new Counter({ name: 'tokengate_cache_stale_hits_total', help: 'Token lookups answered from the cache because the store failed (unreachable or timed out).', registers }),
+    cacheEvictions: new Counter({ name: 'tokengate_cache_evictions_total', help: 'Entries evicted from the cache to make room, by kind (valid or unknown tokens).', labelNames: ['kind'] as const, registers }),
     cacheResets: new Counter({ name: 'tokengate_cache_resets_total', help: 'Whole-cache clears after the revocation feed was interrupted.', registers }),
-    cacheEntries: new Gauge({ name: 'tokengate_cache_entries', help: 'Entries in the token cache.', registers }),
+    cacheEntries: new Gauge({ name: 'tokengate_cache_entries', help: 'Entries in the token cache, by kind (valid or unknown tokens).', labelNames: ['kind'] as const, registers }),
     forgedTokens: new Counter({ name: 'tokengate_forged_tokens_total', help: 'Presented tokens refused without a store call because their tag is not this deployment\'s.', registers }),
     storeDuration: new Histogram({
       name: 'tokengate_store_request_duration_seconds',
@@ -40,6 +41,7 @@ export function createMetrics() {
       registers,
     }),
     storeUp: new Gauge({ name: 'tokengate_store_up', help: '1 when the last store call succeeded, 0 when it failed.', registers }),
+    revocationFeedUp: new Gauge({ name: 'tokengate_revocation_feed_up', help: '1 while revocations from other sidecars arrive; 0 while the subscription is down (the cache then asks the store first).', registers }),
     revocationMessages: new Counter({ name: 'tokengate_revocation_messages_total', help: 'Revocation messages received from the store feed.', registers }),
     revocationDelay: new Histogram({
       name: 'tokengate_revocation_delay_seconds',

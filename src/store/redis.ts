@@ -113,6 +113,15 @@ export class RedisStore implements TokenStore {
     this.redis.defineCommand('decrementLive', { numberOfKeys: 1, lua: DECREMENT_LIVE });
     // Errors surface on the commands that hit them; the client's own event would crash the process.
     this.redis.on('error', () => {});
+    // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
+    // store is usable as soon as it is built. From then on a command sent while disconnected
+    // fails at once: the gateway answers 503 now instead of after commandTimeout, nothing piles
+    // up during an outage, and nothing is replayed on reconnect (ioredis keeps a command that
+    // timed out in the offline queue and still sends it when Redis returns, so a write whose
+    // caller was told it failed would be applied after all).
+    this.redis.once('ready', () => {
+      this.redis.options.enableOfflineQueue = false;
+    });
   }
 
   private connectionOptions(): RedisOptions {
@@ -125,6 +134,9 @@ export class RedisStore implements TokenStore {
       // wait longer than commandTimeout: the gateway answers 503 instead of hanging.
       maxRetriesPerRequest: 1,
       retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2_000),
+      // A command written before the connection dropped has failed for its caller by then
+      // (commandTimeout); re-sending it after the reconnect would apply it behind their back.
+      autoResendUnfulfilledCommands: false,
       lazyConnect: false,
     };
   }
@@ -139,7 +151,8 @@ export class RedisStore implements TokenStore {
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.subscribers].map((subscriber) => subscriber.quit().catch(() => subscriber.disconnect())));
+    // Forgotten first, so their closing is not reported to the feeds as an interruption.
+    for (const subscriber of this.subscribers) closeSubscriber(subscriber);
     this.subscribers.clear();
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
@@ -258,20 +271,37 @@ export class RedisStore implements TokenStore {
 
   async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
     // A subscribed connection can issue no other command, so revocations get their own.
-    const subscriber = this.redis.duplicate({ enableAutoPipelining: false, commandTimeout: undefined, maxRetriesPerRequest: null });
+    // It waits for its connection however long that takes (offline queue, no timeout, and a
+    // SUBSCRIBE cut off by a drop is sent again).
+    const subscriber = this.redis.duplicate({
+      enableAutoPipelining: false,
+      enableOfflineQueue: true,
+      autoResendUnfulfilledCommands: true,
+      commandTimeout: undefined,
+      maxRetriesPerRequest: null,
+    });
     subscriber.on('error', () => {});
     this.subscribers.add(subscriber);
-    let lost = false;
+    let interrupted = false;
     subscriber.on('close', () => {
-      lost = true;
+      if (interrupted || !this.subscribers.has(subscriber)) return;
+      interrupted = true;
+      feed.onInterrupted();
     });
-    // ioredis re-subscribes by itself after a reconnect; what it cannot do is replay what was
-    // published meanwhile, so the feed is told to forget everything it cached.
+    // ioredis re-subscribes by itself after a reconnect, but says 'ready' before that SUBSCRIBE
+    // is answered; the feed is reset once ours is, since from then on nothing is missed. What
+    // was published meanwhile is lost, so the reset tells the feed to forget everything.
     subscriber.on('ready', () => {
-      if (lost) {
-        lost = false;
-        feed.onReset();
-      }
+      if (!interrupted) return;
+      subscriber.subscribe(this.channel).then(
+        () => {
+          if (!interrupted || subscriber.status !== 'ready') return;
+          interrupted = false;
+          feed.onReset();
+        },
+        // Dropped again: 'close' keeps the feed interrupted and the next 'ready' tries again.
+        () => {},
+      );
     });
     subscriber.on('message', (channel: string, message: string) => {
       if (channel !== this.channel) return;
@@ -281,7 +311,7 @@ export class RedisStore implements TokenStore {
     await this.run(subscriber.subscribe(this.channel));
     return async () => {
       this.subscribers.delete(subscriber);
-      await subscriber.quit().catch(() => subscriber.disconnect());
+      closeSubscriber(subscriber);
     };
   }
 
@@ -342,6 +372,14 @@ export class RedisStore implements TokenStore {
       throw new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
     }
   }
+}
+
+/**
+ * Disconnects at once: a subscriber has nothing to finish, and QUIT would wait for ever behind
+ * a SUBSCRIBE queued while Redis was unreachable (its queue has no retry limit).
+ */
+function closeSubscriber(subscriber: Redis): void {
+  subscriber.disconnect();
 }
 
 function parse<T>(value: string | null): T | null {

@@ -82,6 +82,11 @@ export interface RevocationFeed {
   /** A revocation happened somewhere (this process or another sidecar). */
   onRevoked(event: RevocationEvent): void;
   /**
+   * The feed was cut (a lost Redis subscription): until onReset, revocations published
+   * elsewhere do not arrive, so a cache must not trust what it holds on its own.
+   */
+  onInterrupted(): void;
+  /**
    * The feed was interrupted and is back (a lost Redis subscription): revocations may have been
    * missed, so a cache must drop everything it holds.
    */

@@ -1,0 +1,410 @@
+import { LRUCache } from 'lru-cache';
+import type { CacheConfig } from '../config/schema.js';
+import type { Metrics } from '../observability/metrics.js';
+import {
+  StoreUnavailableError,
+  type AccessTokenRecord,
+  type ApplicationRecord,
+  type AuthorizationCodeRecord,
+  type Consumed,
+  type RefreshTokenRecord,
+  type RevocationEvent,
+  type RevocationFeed,
+  type SessionRecord,
+  type TokenStore,
+  type UserRecord,
+} from './store.js';
+
+/**
+ * Puts the token cache in front of `store`; the result is itself a TokenStore. It subscribes to
+ * the revocation feed in the background: until that is up (Redis may be down at start) it
+ * reads every token from the store, as it does whenever the feed is down.
+ */
+export function cached(store: TokenStore, config: CacheConfig, metrics: Metrics): CachedTokenStore {
+  return new CachedTokenStore(store, config, metrics);
+}
+
+interface CachedToken {
+  readonly record: AccessTokenRecord;
+  /** Epoch ms until which the cache answers for this token by itself. */
+  readonly freshUntil: number;
+  /** Epoch ms until which the cache answers for it while the store fails (>= freshUntil, <= expiresAt). */
+  readonly staleUntil: number;
+}
+
+/** A store read in flight, which concurrent misses for the same token join. */
+interface PendingRead {
+  promise: Promise<AccessTokenRecord | null>;
+  /**
+   * A revocation, a save or a reset happened while it was in flight: its answer still goes to
+   * the callers already waiting (they asked before), but it is not cached.
+   */
+  outdated: boolean;
+}
+
+/**
+ * The token store as the gateway reads it: an in-process read-through LRU cache of access
+ * tokens in front of the shared store. Only getAccessToken is cached; every other method goes
+ * to the store, and the revoking ones also drop here what they revoked.
+ *
+ * - A token is answered from the cache at most `ttlSeconds` after it was read, never past its
+ *   own expiry, and only while the revocation feed is up.
+ * - Concurrent misses for one token share one store call.
+ * - Unknown tokens are remembered `negativeTtlSeconds` in a second, smaller LRU, so a flood of
+ *   them cannot evict a valid token. A token saved through this store is accepted at once; one
+ *   saved elsewhere after this sidecar found it unknown is refused here at most
+ *   `negativeTtlSeconds` (the issuer saves a token before handing it out, so that takes a
+ *   client presenting a token before it was issued).
+ * - Revocations from any sidecar drop their entries as they arrive. While the feed is down the
+ *   cache cannot know what was revoked, so every lookup asks the store first and the cache only
+ *   answers when the store cannot (in a full Redis outage nothing can be revoked either); when
+ *   the feed is back the whole cache is dropped, since messages may have been missed.
+ * - A store failure is never taken for "unknown": it surfaces as StoreUnavailableError (503),
+ *   unless the token was cached and is still within its cache life, or the
+ *   `staleIfErrorSeconds` grace past it.
+ *
+ * Records handed out are frozen: several requests share one cached object.
+ */
+export class CachedTokenStore implements TokenStore {
+  private readonly valid: LRUCache<string, CachedToken>;
+  /** digest -> epoch ms until which the token counts as unknown. */
+  private readonly unknown: LRUCache<string, number>;
+  private readonly pending = new Map<string, PendingRead>();
+  private readonly ttlMs: number;
+  private readonly negativeTtlMs: number;
+  private readonly staleMs: number;
+  private feedUp = false;
+  private stopped = false;
+  private unsubscribe: (() => Promise<void>) | null = null;
+  /** Resolves once revocations from every sidecar arrive (or the store closed first). */
+  readonly subscribed: Promise<void>;
+
+  // Metric children bound once: a cache hit costs one counter increment.
+  private readonly validEntries;
+  private readonly unknownEntries;
+  private readonly storeOk;
+  private readonly storeFailed;
+
+  constructor(
+    private readonly store: TokenStore,
+    config: CacheConfig,
+    private readonly metrics: Metrics,
+  ) {
+    this.ttlMs = config.ttlSeconds * 1000;
+    this.negativeTtlMs = config.negativeTtlSeconds * 1000;
+    this.staleMs = config.staleIfErrorSeconds * 1000;
+    const validEvictions = metrics.cacheEvictions.labels('valid');
+    const unknownEvictions = metrics.cacheEvictions.labels('unknown');
+    validEvictions.inc(0);
+    unknownEvictions.inc(0);
+    this.valid = new LRUCache<string, CachedToken>({ max: config.maxEntries, dispose: countEvictions(validEvictions) });
+    this.unknown = new LRUCache<string, number>({ max: config.negativeMaxEntries, dispose: countEvictions(unknownEvictions) });
+    this.validEntries = metrics.cacheEntries.labels('valid');
+    this.unknownEntries = metrics.cacheEntries.labels('unknown');
+    this.storeOk = metrics.storeDuration.labels('ok');
+    this.storeFailed = metrics.storeDuration.labels('error');
+    this.countEntries();
+    this.setFeedUp(false);
+    this.subscribed = this.subscribe();
+  }
+
+  get driver(): TokenStore['driver'] {
+    return this.store.driver;
+  }
+
+  private async subscribe(): Promise<void> {
+    const unsubscribe = await this.store
+      .subscribeRevocations({
+        onRevoked: (event) => this.dropRevoked(event),
+        onInterrupted: () => this.setFeedUp(false),
+        onReset: () => this.reset(),
+      })
+      .catch(() => null); // the store was closed before the subscription came up
+    if (unsubscribe === null) return;
+    if (this.stopped) return unsubscribe();
+    this.unsubscribe = unsubscribe;
+    // What was read before the subscription was up may have been revoked since, unheard.
+    this.clear();
+    this.setFeedUp(true);
+  }
+
+  /** Stops listening and empties the cache; the store stays open (its owner closes it). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const unsubscribe = this.unsubscribe;
+    this.unsubscribe = null;
+    this.setFeedUp(false);
+    this.clear();
+    await unsubscribe?.();
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    await this.store.close();
+  }
+
+  // The hit path: one clock read, two map lookups at most, one counter.
+  getAccessToken(digest: string): Promise<AccessTokenRecord | null> {
+    const now = Date.now();
+    const entry = this.valid.get(digest);
+    if (entry !== undefined) {
+      if (now < entry.freshUntil && this.feedUp) {
+        this.metrics.cacheHits.inc();
+        return Promise.resolve(entry.record);
+      }
+      if (now >= entry.record.expiresAt) {
+        // Known expired: no store can make it valid again.
+        this.valid.delete(digest);
+        this.countEntries();
+        return Promise.resolve(null);
+      }
+    } else {
+      const unknownUntil = this.unknown.get(digest);
+      if (unknownUntil !== undefined && now < unknownUntil) {
+        this.metrics.cacheNegativeHits.inc();
+        return Promise.resolve(null);
+      }
+    }
+    return this.readThrough(digest, entry);
+  }
+
+  private async readThrough(digest: string, entry: CachedToken | undefined): Promise<AccessTokenRecord | null> {
+    try {
+      return await this.read(digest);
+    } catch (error) {
+      if (!(error instanceof StoreUnavailableError) || entry === undefined || this.valid.peek(digest) !== entry) throw error;
+      // A token read before stays good while the store cannot answer, within its cache life or
+      // the configured grace past it, and never past its own expiry (which may pass while the
+      // store is being asked: then it is known invalid, store or not).
+      const now = Date.now();
+      if (now >= entry.record.expiresAt) return null;
+      if (now >= entry.staleUntil) throw error;
+      this.metrics.cacheStaleHits.inc();
+      return entry.record;
+    }
+  }
+
+  private read(digest: string): Promise<AccessTokenRecord | null> {
+    const inFlight = this.pending.get(digest);
+    if (inFlight !== undefined) {
+      this.metrics.cacheSharedMisses.inc();
+      return inFlight.promise;
+    }
+    this.metrics.cacheMisses.inc();
+    const pending = { outdated: false } as PendingRead;
+    pending.promise = this.fetch(digest, pending);
+    this.pending.set(digest, pending);
+    return pending.promise;
+  }
+
+  private async fetch(digest: string, pending: PendingRead): Promise<AccessTokenRecord | null> {
+    const started = performance.now();
+    let record: AccessTokenRecord | null;
+    try {
+      record = await this.store.getAccessToken(digest);
+    } catch (error) {
+      this.storeFailed.observe((performance.now() - started) / 1000);
+      if (error instanceof StoreUnavailableError) this.metrics.storeUp.set(0);
+      throw error;
+    } finally {
+      if (this.pending.get(digest) === pending) this.pending.delete(digest);
+    }
+    this.storeOk.observe((performance.now() - started) / 1000);
+    this.metrics.storeUp.set(1);
+    const now = Date.now();
+    if (record !== null && record.expiresAt <= now) record = null;
+    if (record !== null) {
+      Object.freeze(record.scopes);
+      Object.freeze(record);
+    }
+    if (!pending.outdated) this.remember(digest, record, now);
+    return record;
+  }
+
+  private remember(digest: string, record: AccessTokenRecord | null, now: number): void {
+    if (record === null) {
+      this.valid.delete(digest);
+      if (this.negativeTtlMs > 0) this.unknown.set(digest, now + this.negativeTtlMs);
+    } else {
+      const freshUntil = Math.min(now + this.ttlMs, record.expiresAt);
+      const staleUntil = Math.min(freshUntil + this.staleMs, record.expiresAt);
+      if (staleUntil > now) this.valid.set(digest, { record, freshUntil, staleUntil });
+      this.unknown.delete(digest);
+    }
+    this.countEntries();
+  }
+
+  /** Drops everything known about one token, including a read in flight for it. */
+  private forget(digest: string): void {
+    this.valid.delete(digest);
+    this.unknown.delete(digest);
+    const inFlight = this.pending.get(digest);
+    if (inFlight !== undefined) {
+      inFlight.outdated = true;
+      this.pending.delete(digest);
+    }
+  }
+
+  private dropRevoked(event: RevocationEvent): void {
+    for (const digest of event.accessTokens) this.forget(digest);
+    this.countEntries();
+    this.metrics.revocationMessages.inc();
+    if (Number.isFinite(event.publishedAt)) this.metrics.revocationDelay.observe(Math.max(0, Date.now() - event.publishedAt) / 1000);
+  }
+
+  /** The feed is back after an interruption: whatever was revoked meanwhile went unheard. */
+  private reset(): void {
+    this.clear();
+    this.metrics.cacheResets.inc();
+    this.setFeedUp(true);
+  }
+
+  private clear(): void {
+    this.valid.clear();
+    this.unknown.clear();
+    this.outdatePendingReads();
+    this.countEntries();
+  }
+
+  private outdatePendingReads(): void {
+    for (const inFlight of this.pending.values()) inFlight.outdated = true;
+    this.pending.clear();
+  }
+
+  /**
+   * After revoking by user, application or grant family: the cache does not know the digests
+   * the store removed (their messages follow on the feed), so it drops every entry whose record
+   * matches, at once, and keeps no read that was in flight meanwhile.
+   */
+  private async dropMatching<T>(revocation: Promise<T>, matches: (record: AccessTokenRecord) => boolean): Promise<T> {
+    const result = await revocation;
+    const doomed: string[] = [];
+    for (const [digest, entry] of this.valid.entries()) if (matches(entry.record)) doomed.push(digest);
+    for (const digest of doomed) this.valid.delete(digest);
+    this.outdatePendingReads();
+    this.countEntries();
+    return result;
+  }
+
+  private countEntries(): void {
+    this.validEntries.set(this.valid.size);
+    this.unknownEntries.set(this.unknown.size);
+  }
+
+  private setFeedUp(up: boolean): void {
+    this.feedUp = up;
+    this.metrics.revocationFeedUp.set(up ? 1 : 0);
+  }
+
+  // Writes that change what a lookup must answer.
+
+  async saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void> {
+    await this.store.saveAccessToken(digest, record);
+    // It may have been looked up as unknown a moment ago; that answer is void now.
+    this.forget(digest);
+    this.countEntries();
+  }
+
+  async revokeAccessToken(digest: string): Promise<number> {
+    const removed = await this.store.revokeAccessToken(digest);
+    this.forget(digest);
+    this.countEntries();
+    return removed;
+  }
+
+  revokeFamily(familyId: string): Promise<number> {
+    return this.dropMatching(this.store.revokeFamily(familyId), (record) => record.familyId === familyId);
+  }
+
+  revokeUserTokens(userId: string): Promise<number> {
+    return this.dropMatching(this.store.revokeUserTokens(userId), (record) => record.userId === userId);
+  }
+
+  revokeClientTokens(clientId: string): Promise<number> {
+    return this.dropMatching(this.store.revokeClientTokens(clientId), (record) => record.clientId === clientId);
+  }
+
+  deleteApplication(clientId: string): Promise<boolean> {
+    return this.dropMatching(this.store.deleteApplication(clientId), (record) => record.clientId === clientId);
+  }
+
+  deleteUser(id: string): Promise<boolean> {
+    return this.dropMatching(this.store.deleteUser(id), (record) => record.userId === id);
+  }
+
+  // Everything else goes straight to the store.
+
+  ping(): Promise<void> {
+    return this.store.ping();
+  }
+  putApplication(app: ApplicationRecord): Promise<void> {
+    return this.store.putApplication(app);
+  }
+  getApplication(clientId: string): Promise<ApplicationRecord | null> {
+    return this.store.getApplication(clientId);
+  }
+  listApplications(): Promise<ApplicationRecord[]> {
+    return this.store.listApplications();
+  }
+  createUser(user: UserRecord): Promise<boolean> {
+    return this.store.createUser(user);
+  }
+  getUser(id: string): Promise<UserRecord | null> {
+    return this.store.getUser(id);
+  }
+  findUserByEmail(email: string): Promise<UserRecord | null> {
+    return this.store.findUserByEmail(email);
+  }
+  listUsers(): Promise<UserRecord[]> {
+    return this.store.listUsers();
+  }
+  saveAuthorizationCode(digest: string, record: AuthorizationCodeRecord): Promise<void> {
+    return this.store.saveAuthorizationCode(digest, record);
+  }
+  consumeAuthorizationCode(digest: string): Promise<Consumed<AuthorizationCodeRecord> | null> {
+    return this.store.consumeAuthorizationCode(digest);
+  }
+  saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {
+    return this.store.saveRefreshToken(digest, record);
+  }
+  getRefreshToken(digest: string): Promise<RefreshTokenRecord | null> {
+    return this.store.getRefreshToken(digest);
+  }
+  consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null> {
+    return this.store.consumeRefreshToken(digest);
+  }
+  revokeRefreshToken(digest: string): Promise<number> {
+    return this.store.revokeRefreshToken(digest);
+  }
+  subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
+    return this.store.subscribeRevocations(feed);
+  }
+  incrementCounter(key: string, windowMs: number): Promise<number> {
+    return this.store.incrementCounter(key, windowMs);
+  }
+  decrementCounter(key: string): Promise<void> {
+    return this.store.decrementCounter(key);
+  }
+  resetCounter(key: string): Promise<void> {
+    return this.store.resetCounter(key);
+  }
+  getOrCreateSecret(name: string, candidate: string): Promise<string> {
+    return this.store.getOrCreateSecret(name, candidate);
+  }
+  saveSession(digest: string, data: SessionRecord, ttlMs: number): Promise<void> {
+    return this.store.saveSession(digest, data, ttlMs);
+  }
+  getSession(digest: string): Promise<SessionRecord | null> {
+    return this.store.getSession(digest);
+  }
+  deleteSession(digest: string): Promise<void> {
+    return this.store.deleteSession(digest);
+  }
+}
+
+/** An LRU dispose callback counting the entries dropped to make room (not deletions or overwrites). */
+function countEvictions(counter: { inc(): void }) {
+  return (_value: unknown, _key: string, reason: LRUCache.DisposeReason) => {
+    if (reason === 'evict') counter.inc();
+  };
+}

@@ -1,0 +1,105 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CachedTokenStore } from '../src/store/cached.js';
+import { generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { startGateway, startUpstream, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+import { clientCredentials, postForm, registerApplication, type TestApplication } from './support/instance.js';
+import { observationsOf, valueOf } from './support/metrics.js';
+import { createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
+import { eventually } from './support/wait.js';
+
+// Two tokengate instances (two sidecars, each also an issuer) over one Redis prefix, over HTTP.
+const prefix = uniquePrefix('cache-instances');
+const tokenTagKey = generateTagKey();
+let userApi: Upstream;
+let organizerApi: Upstream;
+let a: GatewayUnderTest;
+let b: GatewayUnderTest;
+let application: TestApplication;
+
+beforeAll(async () => {
+  [userApi, organizerApi] = await Promise.all([startUpstream(), startUpstream()]);
+  const routes = [
+    { path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: userApi.url },
+    { path: '/api/public/events', methods: ['GET'], token: 'application', scopes: ['public'], upstream: organizerApi.url },
+  ];
+  const start = (label: string) => startGateway({ issuer: { tokenTagKey }, routes }, { label, store: createTestRedisStore(prefix) });
+  [a, b] = await Promise.all([start('cache-a'), start('cache-b')]);
+  await Promise.all([a, b].map(subscribed));
+  application = await registerApplication(a.store);
+});
+afterAll(async () => {
+  await Promise.all([a?.close(), b?.close(), userApi?.close(), organizerApi?.close()]);
+  await deletePrefix(prefix);
+});
+
+/** Until its revocation subscription is up an instance reads every token from Redis; tests wait for it. */
+async function subscribed(instance: GatewayUnderTest): Promise<void> {
+  const store = instance.tokengate.context.store;
+  expect(store).toBeInstanceOf(CachedTokenStore);
+  await (store as CachedTokenStore).subscribed;
+}
+
+const metricsOf = (instance: GatewayUnderTest) => instance.tokengate.context.metrics;
+
+async function issueThroughTokenEndpoint(instance: GatewayUnderTest): Promise<string> {
+  const response = await postForm(`${instance.url}/oauth/token`, { grant_type: 'client_credentials', ...clientCredentials(application) });
+  expect(response.status).toBe(200);
+  return ((await response.json()) as { access_token: string }).access_token;
+}
+
+function get(instance: GatewayUnderTest, path: string, token: string): Promise<Response> {
+  return fetch(`${instance.url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+}
+
+async function status(instance: GatewayUnderTest, path: string, token: string): Promise<number> {
+  const response = await get(instance, path, token);
+  await response.arrayBuffer();
+  return response.status;
+}
+
+describe('two gateways sharing one Redis', () => {
+  it('a token revoked through one instance\'s /oauth/revoke is refused by the other, which had it cached', async () => {
+    const token = await issueThroughTokenEndpoint(a);
+    expect(await status(b, '/api/public/events', token)).toBe(200);
+    const hits = await valueOf(metricsOf(b).cacheHits);
+    expect(await status(b, '/api/public/events', token)).toBe(200);
+    expect(await valueOf(metricsOf(b).cacheHits)).toBe(hits + 1);
+
+    const revoked = await postForm(`${a.url}/oauth/revoke`, { token, ...clientCredentials(application) });
+    expect(revoked.status).toBe(200);
+    await eventually(async () => (await status(b, '/api/public/events', token)) === 401);
+    const refused = await get(b, '/api/public/events', token);
+    expect(refused.status).toBe(401);
+    expect(refused.headers.get('www-authenticate')).toMatch(/error="invalid_token"/);
+    expect(await refused.json()).toMatchObject({ error: 'invalid_token' });
+    expect(await valueOf(metricsOf(b).revocationMessages)).toBeGreaterThanOrEqual(1);
+    expect(await observationsOf(metricsOf(b).revocationDelay)).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a user\'s tokens revoked on one instance are refused by the other; another user\'s are not', async () => {
+    const first = await a.issue({ userId: 'user-revoked' });
+    const second = await a.issue({ userId: 'user-revoked', familyId: 'family-2' });
+    const other = await a.issue({ userId: 'user-kept' });
+    for (const token of [first, second, other]) expect(await status(b, '/api/public/me', token)).toBe(200);
+
+    expect(await a.tokengate.context.store.revokeUserTokens('user-revoked')).toBe(2);
+    await eventually(async () => (await status(b, '/api/public/me', first)) === 401 && (await status(b, '/api/public/me', second)) === 401);
+    expect(await status(b, '/api/public/me', other)).toBe(200);
+    // The instance that revoked never answered with the revoked tokens again, not even once.
+    expect(await status(a, '/api/public/me', first)).toBe(401);
+  });
+
+  it('introspection on the other instance turns inactive as well', async () => {
+    const token = await issueThroughTokenEndpoint(a);
+    const active = async (instance: GatewayUnderTest) =>
+      ((await (await postForm(`${instance.url}/oauth/introspect`, { token, ...clientCredentials(application) })).json()) as { active: boolean }).active;
+    expect(await active(b)).toBe(true);
+    await a.tokengate.context.store.revokeAccessToken(tokenDigest(token));
+    await eventually(async () => !(await active(b)));
+  });
+
+  it('a token issued on one instance is accepted by the other at once', async () => {
+    const token = await issueThroughTokenEndpoint(a);
+    expect(await status(b, '/api/public/events', token)).toBe(200);
+  });
+});

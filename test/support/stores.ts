@@ -1,0 +1,27 @@
+import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
+
+/**
+ * The real store, whose getAccessToken reads at once but hands its answer back only on
+ * release(): a lookup frozen in flight, so a test can revoke or save while it is.
+ */
+export function holdingReads(store: TokenStore): { store: TokenStore; read: Promise<void>; release(): void } {
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let markRead!: () => void;
+  const read = new Promise<void>((resolve) => (markRead = resolve));
+  const proxy = new Proxy(store, {
+    get(target, property) {
+      if (property === 'getAccessToken') {
+        return async (digest: string): Promise<AccessTokenRecord | null> => {
+          const record = await target.getAccessToken(digest);
+          markRead();
+          await released;
+          return record;
+        };
+      }
+      const value = Reflect.get(target, property, target) as unknown;
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { store: proxy, read, release };
+}

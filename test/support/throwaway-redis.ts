@@ -1,0 +1,83 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { Redis } from 'ioredis';
+
+const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
+
+/**
+ * A redis-server of the test's own, on a free port, without persistence: the test may kill it,
+ * kill its clients and restart it without touching the shared Redis. Restarted, it is empty.
+ */
+export class ThrowawayRedis {
+  private process: ChildProcess | null = null;
+
+  private constructor(readonly port: number) {}
+
+  static async start(): Promise<ThrowawayRedis> {
+    const redis = new ThrowawayRedis(await freePort());
+    await redis.restart();
+    return redis;
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  /** Starts it (again, on the same port) and resolves once it answers PING. */
+  async restart(): Promise<void> {
+    if (this.process !== null) throw new Error('the throwaway redis-server is already running');
+    this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const probe = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      probe.on('error', () => {});
+      try {
+        await probe.connect();
+        await probe.ping();
+        return;
+      } catch (error) {
+        if (Date.now() > deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      } finally {
+        probe.disconnect();
+      }
+    }
+  }
+
+  /** Kills it outright (no shutdown, no goodbye to clients) and waits until it is gone. */
+  async kill(): Promise<void> {
+    const running = this.process;
+    if (running === null) return;
+    this.process = null;
+    if (running.exitCode === null && running.signalCode === null) {
+      running.kill('SIGKILL');
+      await once(running, 'exit');
+    }
+  }
+
+  /** Freezes it (SIGSTOP): connections stay open but nothing is answered, a hung server. */
+  pause(): void {
+    this.process?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.process?.kill('SIGCONT');
+  }
+
+  /** A plain client for commands the test sends itself (CLIENT KILL, CONFIG SET, DEL). */
+  client(): Redis {
+    return new Redis(this.url, { maxRetriesPerRequest: 1 });
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
