@@ -46,6 +46,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const context: TokengateContext = {
     config,
     store: cache ?? store,
+    cache,
     minter: createTokenMinter(decodeTagKey(tagKey)),
     metrics,
     log,

@@ -1,0 +1,72 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { countingStore, startGateway, startUpstream, USER_TOKEN, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+
+/**
+ * The gateway asks the token cache before the tag check, so a cached token costs no HMAC.
+ * What must not follow from that: a value without this deployment's tag getting in through the
+ * cache, or a revoked token staying in.
+ */
+
+let upstream: Upstream;
+let gateway: GatewayUnderTest;
+let calls: { getAccessToken: number };
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  gateway = await startGateway(
+    { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
+    {
+      label: 'gateway-cache-hit',
+      wrap(store) {
+        const counting = countingStore(store);
+        calls = counting.calls;
+        return counting.store;
+      },
+    },
+  );
+});
+
+afterAll(async () => {
+  await gateway?.close();
+  await upstream?.close();
+});
+
+const status = async (token: string) => (await fetch(`${gateway.url}/api/public/me`, { headers: { authorization: `Bearer ${token}` } })).status;
+
+async function counter(name: string): Promise<number> {
+  const metric = await gateway.tokengate.context.metrics.registry.getSingleMetric(name)!.get();
+  return metric.values.reduce((sum, value) => sum + value.value, 0);
+}
+
+describe('the cache-hit path', () => {
+  it('answers a cached token from the cache alone: no store call, counted as a hit', async () => {
+    const token = await gateway.issue();
+    expect(await status(token)).toBe(200);
+    const [storeCalls, hits] = [calls.getAccessToken, await counter('tokengate_cache_hits_total')];
+    expect([await status(token), await status(token)]).toEqual([200, 200]);
+    expect(calls.getAccessToken - storeCalls).toBe(0);
+    expect((await counter('tokengate_cache_hits_total')) - hits).toBe(2);
+  });
+
+  it('keeps refusing a value the store holds under another tag key: it never gets into the cache', async () => {
+    // A record written behind the gateway's back for a value minted with a foreign key (a forger
+    // with write access to Redis, or a token from before a tag key change).
+    const foreign = createTokenMinter(decodeTagKey(generateTagKey())).mint();
+    const now = Date.now();
+    await gateway.store.saveAccessToken(tokenDigest(foreign), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 });
+    const [storeCalls, forged, hits] = [calls.getAccessToken, await counter('tokengate_forged_tokens_total'), await counter('tokengate_cache_hits_total')];
+    for (let i = 0; i < 3; i++) expect(await status(foreign)).toBe(401);
+    expect(calls.getAccessToken - storeCalls).toBe(0);
+    expect((await counter('tokengate_forged_tokens_total')) - forged).toBe(3);
+    expect((await counter('tokengate_cache_hits_total')) - hits).toBe(0);
+    expect(gateway.tokengate.context.cache!.freshAccessToken(tokenDigest(foreign))).toBeUndefined();
+  });
+
+  it('refuses a cached token as soon as it is revoked, though hits skip the tag check', async () => {
+    const token = await gateway.issue();
+    expect([await status(token), await status(token)]).toEqual([200, 200]);
+    await gateway.tokengate.context.store.revokeAccessToken(tokenDigest(token));
+    expect(await status(token)).toBe(401);
+  });
+});
