@@ -41,6 +41,8 @@ export interface MemoryResult {
   /** RSS just before and just after the cache-miss run filled the cache. */
   beforeFillBytes: number;
   filledBytes: number;
+  /** V8 heap in use and reserved at that moment (tokengate's own metrics), to tell live data from heap headroom. */
+  filledHeap: { usedBytes: number; totalBytes: number } | null;
   cachedEntries: number;
   /** RSS once a second during the cache-hit run. */
   soak: { seconds: number; samples: number[] };
@@ -235,6 +237,7 @@ export function otherTable(results: BenchResults, checks: TargetCheck[]): string
     rows.push([
       'memory (RSS)',
       `idle ${(memory.idleBytes / MB).toFixed(1)} MB; ${memory.cachedEntries} cached tokens ${(memory.filledBytes / MB).toFixed(1)} MB ` +
+        (memory.filledHeap === null ? '' : `(V8 heap ${(memory.filledHeap.usedBytes / MB).toFixed(0)} MB used of ${(memory.filledHeap.totalBytes / MB).toFixed(0)} MB) `) +
         `(${Math.round(bytesPerCachedEntry(memory))} bytes/entry); ${memory.soak.seconds} s at full load: RSS ${(soak.minBytes / MB).toFixed(0)}-${(soak.maxBytes / MB).toFixed(0)} MB, ` +
         `floor ${(soak.firstQuarterFloorBytes / MB).toFixed(1)} MB in the first quarter, ${(soak.lastQuarterFloorBytes / MB).toFixed(1)} MB in the last (${(soak.growth * 100).toFixed(1)}%)`,
       targetsOf('memory'),
