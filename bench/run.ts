@@ -11,7 +11,7 @@ import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/
 import { percentile, runLoad, type LoadResult } from './lib/load.js';
 import { cacheLookupsBetween, scrapeCounters } from './lib/metrics.js';
 import { cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
-import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
+import { ProcessGroup, choosePinning, logTail, pinThisProcess } from './lib/processes.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
 import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult, type ScenarioResult } from './lib/report.js';
 import { readSettings, type BenchSettings } from './lib/settings.js';
@@ -73,6 +73,10 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     if (ticker !== null) clearInterval(ticker);
   }
   const self = process.cpuUsage(before.self);
+  for (const service of [spec.target, spec.gateway]) {
+    const exited = service?.process.exitStatus() ?? null;
+    if (exited !== null) throw new Error(`${service!.process.name} ${exited} during the run:\n${logTail(service!.process.logFile)}`);
+  }
   const gatewayCpuMs = totalCpuMilliseconds(gatewayPids) - before.gateway;
   const redisCpuMs = cpuMilliseconds(run.redis.pid) - before.redis;
   const cacheLookups = opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl));
