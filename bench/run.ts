@@ -176,6 +176,7 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
     keyPrefix: KEY_PREFIX,
     tokenTagKey: tagKey,
     upstreamUrl: upstream.url,
+    nodeFlags: settings.gatewayNodeFlags,
   };
   const [userToken] = await seedAccessTokens(run.redis.store, minter, 1, 'user', USER_CLIENT_ID);
   const [applicationToken] = await seedAccessTokens(run.redis.store, minter, 1, 'application', ORGANIZER_CLIENT_ID);
@@ -392,7 +393,7 @@ function report(results: BenchResults, failures: string[], machine: Machine, set
   const loadAtEnd = loadavg().map((value) => value.toFixed(2));
   const heading =
     `${date}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
-    `${machine.pinning}; ${settings.connections} connections; load average ${machine.loadAverageAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end; run took ${seconds.toFixed(0)} s`;
+    `${machine.pinning}; ${settings.connections} connections;${settings.gatewayNodeFlags.length > 0 ? ` tokengate node flags: ${settings.gatewayNodeFlags.join(' ')};` : ''} load average ${machine.loadAverageAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end; run took ${seconds.toFixed(0)} s`;
   const text = `${heading}\n\n${scenarioTable(results, checks)}\n\n${otherTable(results, checks)}\n`;
   process.stdout.write(`\n${text}`);
   if (failures.length > 0) process.stdout.write(`\nFailed:\n${failures.map((failure) => `  - ${failure}`).join('\n')}\n`);

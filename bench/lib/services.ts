@@ -57,7 +57,10 @@ export async function startNginxPeer(group: ProcessGroup, dir: string, upstreamP
   return { url: `http://127.0.0.1:${port}`, port, pids: () => [master.pid, ...childPids(master.pid), check.process.pid], process: master };
 }
 
-export type TokengateOptions = Omit<BenchConfigOptions, 'port' | 'opsPort'>;
+export type TokengateOptions = Omit<BenchConfigOptions, 'port' | 'opsPort'> & {
+  /** Extra node flags (BENCH_GATEWAY_NODE_FLAGS). */
+  nodeFlags: string[];
+};
 
 export interface TokengateService extends Service {
   opsUrl: string;
@@ -67,8 +70,9 @@ export interface TokengateService extends Service {
 export async function startTokengate(group: ProcessGroup, dir: string, name: string, options: TokengateOptions, profileDir: string | null = null): Promise<TokengateService> {
   const [port, opsPort] = [await freePort(), await freePort()];
   const configFile = join(dir, `${name}.yaml`);
-  writeFileSync(configFile, tokengateConfigYaml({ ...options, port, opsPort }));
-  const started = group.spawn(name, process.execPath, [...profileFlags(profileDir, name), 'dist/main.js', 'serve', '--config', configFile]);
+  const { nodeFlags, ...configOptions } = options;
+  writeFileSync(configFile, tokengateConfigYaml({ ...configOptions, port, opsPort }));
+  const started = group.spawn(name, process.execPath, [...nodeFlags, ...profileFlags(profileDir, name), 'dist/main.js', 'serve', '--config', configFile]);
   await waitForPort(started, port);
   await waitForPort(started, opsPort);
   return { url: `http://127.0.0.1:${port}`, opsUrl: `http://127.0.0.1:${opsPort}`, port, pids: () => [started.pid], process: started };

@@ -23,6 +23,8 @@ export interface BenchSettings {
   fixedRateConnections: number;
   /** Directory for `node --cpu-prof` profiles of tokengate and the bare proxy (BENCH_CPU_PROF); null: no profile. */
   cpuProfileDir: string | null;
+  /** Extra node flags for tokengate alone (BENCH_GATEWAY_NODE_FLAGS, space separated), e.g. V8 heap sizing to try. */
+  gatewayNodeFlags: string[];
   /** Scenario ids to run (BENCH_ONLY, comma separated); null: all. */
   only: Set<string> | null;
 }
@@ -47,6 +49,7 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
     fixedRate: Math.round(number('BENCH_RATE', 2_000, 1)),
     fixedRateConnections: Math.round(number('BENCH_RATE_CONNECTIONS', 2, 1)),
     cpuProfileDir: env.BENCH_CPU_PROF === undefined || env.BENCH_CPU_PROF === '' ? null : env.BENCH_CPU_PROF,
+    gatewayNodeFlags: (env.BENCH_GATEWAY_NODE_FLAGS ?? '').split(' ').filter((flag) => flag !== ''),
     only: only === undefined || only.length === 0 ? null : new Set(only),
   };
 }
