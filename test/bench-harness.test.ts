@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../src/config/load.js';
 import { createTokenMinter, generateTagKey, decodeTagKey } from '../src/token/token-value.js';
-import { summarize, sourceKey, type CpuProfile } from '../bench/lib/cpu-profile.js';
+import { functionKey, summarize, sourceKey, type CpuProfile } from '../bench/lib/cpu-profile.js';
 import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
 import { LatencyRecorder, percentile, type LoadResult } from '../bench/lib/load.js';
 import { cacheLookupsBetween, parseCounters } from '../bench/lib/metrics.js';
@@ -231,5 +231,7 @@ describe('cpu profile summary', () => {
     expect(sourceKey(frame('f', 'file:///w/node_modules/@fastify/reply-from/index.js'))).toBe('@fastify/reply-from');
     expect(sourceKey(frame('f', 'file:///w/node_modules/fastify/lib/route.js'))).toBe('fastify');
     expect(sourceKey(frame('f', 'file:///w/dist/app.js'))).toBe('dist');
+    // a checkout in a directory named like one of the tree's own
+    expect(functionKey(frame('f', 'file:///work/bench/dist/gateway/forward.js', 44))).toBe('f (dist/gateway/forward.js:45)');
   });
 });

@@ -51,7 +51,8 @@ function shortPath(url: string): string {
   const path = url.replace(/^file:\/\//, '');
   const inPackage = /node_modules\/(.+)$/.exec(path);
   if (inPackage !== null) return inPackage[1]!;
-  const inTree = /\/((?:dist|src|bench)\/.+)$/.exec(path);
+  // The last dist/, src/ or bench/ in the path: the checkout itself may sit in a directory of that name.
+  const inTree = /.*\/((?:dist|src|bench)\/.+)$/.exec(path);
   return inTree !== null ? inTree[1]! : path;
 }
 
