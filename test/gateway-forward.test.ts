@@ -5,6 +5,7 @@ import { WebSocket } from 'undici';
 import { WebSocketServer } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { APPLICATION_TOKEN, closeServer, startGateway, startUpstream, type GatewayUnderTest, type Received, type Upstream } from './support/gateway.js';
+import { freePort } from './support/ports.js';
 
 /**
  * What the upstream actually receives: never the credential (header, query or body) nor a
@@ -378,14 +379,6 @@ async function startWebSocketUpstream(): Promise<{ server: Server; url: string; 
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, handshakes };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await closeServer(server);
-  return port;
 }
 
 function withTimeout<T>(promise: Promise<T>, message: string, ms = 2_000): Promise<T> {

@@ -6,13 +6,13 @@ import { createTestRedisStore } from './support/redis.js';
 import {
   basicAuthorization,
   clientCredentials,
-  freePort,
   postForm,
   registerApplication,
   startTokengate,
   type RunningTokengate,
   type TestApplication,
 } from './support/instance.js';
+import { freePort } from './support/ports.js';
 
 let running: RunningTokengate;
 let tokenUrl: string;

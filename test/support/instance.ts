@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import type { Logger } from 'pino';
 import { buildTokengate, type Tokengate } from '../../src/app.js';
 import { parseConfig } from '../../src/config/load.js';
@@ -61,18 +60,6 @@ export async function startTokengate(label: string, options: StartOptions = {}):
       await deletePrefix(prefix);
     },
   };
-}
-
-/** A port nothing listens on right now (for an issuerUrl that must name the port, or a refused connection). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 export interface TestApplication {
