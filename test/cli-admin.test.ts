@@ -25,7 +25,7 @@ beforeAll(async () => {
   configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
   rmSync(directory, { recursive: true, force: true });
 });
 

@@ -26,7 +26,7 @@ beforeAll(async () => {
   userId = await registerUser(running.store);
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 /** The authorization step, as /oauth/authorize completes it: a code bound to the library's PKCE challenge. */
