@@ -13,7 +13,7 @@ export interface RunningTokengate {
   readonly tokengate: Tokengate;
   /** The store it runs over, as `wrap` wrapped it. */
   readonly store: TokenStore;
-  /** The Redis key prefix of its data. */
+  /** The Redis key prefix of its data (or of the instance it shares; unused when a `store` was given). */
   readonly prefix: string;
   /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
   readonly baseUrl: string;
