@@ -35,6 +35,9 @@ export interface Tokengate {
   close(): Promise<void>;
 }
 
+/** During shutdown, how often connections that finished their last request are closed. */
+const IDLE_SWEEP_MS = 50;
+
 /** Builds one tokengate instance from a validated config. Nothing listens until listen(). */
 export async function buildTokengate(config: Readonly<Config>, options: BuildOptions = {}): Promise<Tokengate> {
   const log = options.logger ?? createLogger(config.logging.level);
@@ -97,7 +100,18 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([app.close(), ops.close()]);
+      // Fastify closes the connections that are idle when close() starts; a keep-alive
+      // connection whose request was in flight then would hold close() open until the client
+      // let go. Closing idle connections again as requests finish lets shutdown end with them.
+      const idleSweep = setInterval(() => {
+        app.server.closeIdleConnections();
+        ops.server.closeIdleConnections();
+      }, IDLE_SWEEP_MS);
+      try {
+        await Promise.all([app.close(), ops.close()]);
+      } finally {
+        clearInterval(idleSweep);
+      }
       await cache?.stop();
       if (ownsStore) await store.close();
     },

@@ -13,7 +13,7 @@ beforeAll(async () => {
   running = await startTokengate('admin', { config: { admin: { token: ADMIN_TOKEN }, issuer: { scopes: ['public', 'write'] } } });
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 function admin(method: string, path: string, body?: unknown, token: string | null = ADMIN_TOKEN): Promise<Response> {

@@ -2,7 +2,8 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { FormClient, application, authorizePath, createUser, formFields, startIssuer, type PageResponse, type RunningIssuer } from './support/issuer.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { FormClient, application, authorizePath, createUser, formFields, type PageResponse } from './support/issuer.js';
 
 /**
  * Signing in on the authorization page: the login throttle (shared through the store by every
@@ -18,7 +19,7 @@ async function attemptLogin(client: FormClient, email: string, password: string)
   return client.post('/oauth/authorize/login', { ...formFields(login.text), email, password });
 }
 
-function from(issuer: RunningIssuer, address: string): FormClient {
+function from(issuer: RunningTokengate, address: string): FormClient {
   return new FormClient(issuer.baseUrl, { 'x-forwarded-for': address });
 }
 
@@ -35,14 +36,14 @@ function expectThrottled(response: PageResponse): void {
 }
 
 describe('login throttle', () => {
-  let issuer: RunningIssuer;
-  let sidecar: RunningIssuer;
+  let issuer: RunningTokengate;
+  let sidecar: RunningTokengate;
 
   beforeAll(async () => {
     const settings = { server: { trustProxy: true }, issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } } };
-    issuer = await startIssuer({ label: 'throttle', ...settings });
+    issuer = await startTokengate('throttle', { config: settings });
     // A second sidecar on the same store: the counts are shared.
-    sidecar = await startIssuer({ prefix: issuer.prefix, ...settings });
+    sidecar = await startTokengate('throttle-sidecar', { sharing: issuer, config: settings });
     await issuer.store.putApplication(application());
     await Promise.all([
       createUser(issuer.store, 'user-a', 'a@example.com', 'password-a'),
@@ -138,14 +139,15 @@ async function stopServer(server: Server): Promise<void> {
 
 describe('http user source', () => {
   let users: UserService;
-  let issuer: RunningIssuer;
+  let issuer: RunningTokengate;
 
   beforeAll(async () => {
     users = await startUserService();
-    issuer = await startIssuer({
-      label: 'http-users',
-      server: { trustProxy: true },
-      issuer: { users: { source: 'http', url: users.url, timeoutMs: 300 }, loginThrottle: { maxAttemptsPerAccount: 2, maxAttemptsPerAddress: 100, windowSeconds: 60 } },
+    issuer = await startTokengate('http-users', {
+      config: {
+        server: { trustProxy: true },
+        issuer: { users: { source: 'http', url: users.url, timeoutMs: 300 }, loginThrottle: { maxAttemptsPerAccount: 2, maxAttemptsPerAddress: 100, windowSeconds: 60 } },
+      },
     });
     await issuer.store.putApplication(application());
   });
@@ -201,7 +203,7 @@ describe('http user source', () => {
   it('an unreachable user service is "temporarily unavailable" too', async () => {
     const gone = await startUserService();
     await stopServer(gone.server);
-    const other = await startIssuer({ prefix: issuer.prefix, issuer: { users: { source: 'http', url: gone.url, timeoutMs: 300 } } });
+    const other = await startTokengate('http-users-gone', { sharing: issuer, config: { issuer: { users: { source: 'http', url: gone.url, timeoutMs: 300 } } } });
     try {
       const response = await attemptLogin(new FormClient(other.baseUrl), 'string@example.com', 'right');
       expect(response.status).toBe(503);

@@ -1,7 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { FormClient, application, authorizePath, createUser, formFields, startIssuer, type PageResponse, type RunningIssuer } from './support/issuer.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { FormClient, application, authorizePath, createUser, formFields, type PageResponse } from './support/issuer.js';
 
 /**
  * GET /oauth/authorize and its forms over real HTTP, against a real Redis: every refusal, the
@@ -14,16 +15,17 @@ const MOBILE_REDIRECT_URI = 'com.example.tickets:/oauth/cb';
 const EMAIL = 'ann@example.com';
 const PASSWORD = 'correct horse battery';
 
-let issuer: RunningIssuer;
+let issuer: RunningTokengate;
 
 beforeAll(async () => {
-  issuer = await startIssuer({
-    label: 'authorize',
-    server: { trustProxy: true },
-    issuer: {
-      scopes: ['public', 'organizer'],
-      scopeDescriptions: { public: 'See your profile and manage your tickets' },
-      loginThrottle: { maxAttemptsPerAccount: 50, maxAttemptsPerAddress: 50, windowSeconds: 60 },
+  issuer = await startTokengate('authorize', {
+    config: {
+      server: { trustProxy: true },
+      issuer: {
+        scopes: ['public', 'organizer'],
+        scopeDescriptions: { public: 'See your profile and manage your tickets' },
+        loginThrottle: { maxAttemptsPerAccount: 50, maxAttemptsPerAddress: 50, windowSeconds: 60 },
+      },
     },
   });
   await issuer.store.putApplication(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY] }));
@@ -206,7 +208,7 @@ describe('the sign-in page', () => {
   });
 
   it('marks the session cookie Secure when the issuer is reached over https', async () => {
-    const secure = await startIssuer({ prefix: issuer.prefix, issuer: { issuerUrl: 'https://auth.example' } });
+    const secure = await startTokengate('authorize-https', { sharing: issuer, config: { issuer: { issuerUrl: 'https://auth.example' } } });
     try {
       const response = await new FormClient(secure.baseUrl).get(authorizePath(request()));
       expect(response.headers.getSetCookie()[0]).toMatch(/; Secure(;|$)/);

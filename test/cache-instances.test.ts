@@ -1,19 +1,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CachedTokenStore } from '../src/store/cached.js';
-import { generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { startGateway, startUpstream, type GatewayUnderTest, type Upstream } from './support/gateway.js';
-import { clientCredentials, postForm, registerApplication, type TestApplication } from './support/instance.js';
+import { tokenDigest } from '../src/token/token-value.js';
+import { startUpstream, type Upstream } from './support/gateway.js';
+import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { observationsOf, valueOf } from './support/metrics.js';
-import { createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
 import { eventually } from './support/wait.js';
 
 // Two tokengate instances (two sidecars, each also an issuer) over one Redis prefix, over HTTP.
-const prefix = uniquePrefix('cache-instances');
-const tokenTagKey = generateTagKey();
 let userApi: Upstream;
 let organizerApi: Upstream;
-let a: GatewayUnderTest;
-let b: GatewayUnderTest;
+let a: RunningTokengate;
+let b: RunningTokengate;
 let application: TestApplication;
 
 beforeAll(async () => {
@@ -22,36 +19,36 @@ beforeAll(async () => {
     { path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: userApi.url },
     { path: '/api/public/events', methods: ['GET'], token: 'application', scopes: ['public'], upstream: organizerApi.url },
   ];
-  const start = (label: string) => startGateway({ issuer: { tokenTagKey }, routes }, { label, store: createTestRedisStore(prefix) });
-  [a, b] = await Promise.all([start('cache-a'), start('cache-b')]);
+  a = await startTokengate('cache-instances', { config: { routes } });
+  b = await startTokengate('cache-instances-b', { config: { routes }, sharing: a });
   await Promise.all([a, b].map(subscribed));
   application = await registerApplication(a.store);
 });
 afterAll(async () => {
-  await Promise.all([a?.close(), b?.close(), userApi?.close(), organizerApi?.close()]);
-  await deletePrefix(prefix);
+  await Promise.all([b?.close(), userApi?.close(), organizerApi?.close()]);
+  await a?.close();
 });
 
 /** Until its revocation subscription is up an instance reads every token from Redis; tests wait for it. */
-async function subscribed(instance: GatewayUnderTest): Promise<void> {
+async function subscribed(instance: RunningTokengate): Promise<void> {
   const store = instance.tokengate.context.store;
   expect(store).toBeInstanceOf(CachedTokenStore);
   await (store as CachedTokenStore).subscribed;
 }
 
-const metricsOf = (instance: GatewayUnderTest) => instance.tokengate.context.metrics;
+const metricsOf = (instance: RunningTokengate) => instance.tokengate.context.metrics;
 
-async function issueThroughTokenEndpoint(instance: GatewayUnderTest): Promise<string> {
-  const response = await postForm(`${instance.url}/oauth/token`, { grant_type: 'client_credentials', ...clientCredentials(application) });
+async function issueThroughTokenEndpoint(instance: RunningTokengate): Promise<string> {
+  const response = await postForm(`${instance.baseUrl}/oauth/token`, { grant_type: 'client_credentials', ...clientCredentials(application) });
   expect(response.status).toBe(200);
   return ((await response.json()) as { access_token: string }).access_token;
 }
 
-function get(instance: GatewayUnderTest, path: string, token: string): Promise<Response> {
-  return fetch(`${instance.url}${path}`, { headers: { authorization: `Bearer ${token}` } });
+function get(instance: RunningTokengate, path: string, token: string): Promise<Response> {
+  return fetch(`${instance.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}` } });
 }
 
-async function status(instance: GatewayUnderTest, path: string, token: string): Promise<number> {
+async function status(instance: RunningTokengate, path: string, token: string): Promise<number> {
   const response = await get(instance, path, token);
   await response.arrayBuffer();
   return response.status;
@@ -65,7 +62,7 @@ describe('two gateways sharing one Redis', () => {
     expect(await status(b, '/api/public/events', token)).toBe(200);
     expect(await valueOf(metricsOf(b).cacheHits)).toBe(hits + 1);
 
-    const revoked = await postForm(`${a.url}/oauth/revoke`, { token, ...clientCredentials(application) });
+    const revoked = await postForm(`${a.baseUrl}/oauth/revoke`, { token, ...clientCredentials(application) });
     expect(revoked.status).toBe(200);
     await eventually(async () => (await status(b, '/api/public/events', token)) === 401);
     const refused = await get(b, '/api/public/events', token);
@@ -91,8 +88,8 @@ describe('two gateways sharing one Redis', () => {
 
   it('introspection on the other instance turns inactive as well', async () => {
     const token = await issueThroughTokenEndpoint(a);
-    const active = async (instance: GatewayUnderTest) =>
-      ((await (await postForm(`${instance.url}/oauth/introspect`, { token, ...clientCredentials(application) })).json()) as { active: boolean }).active;
+    const active = async (instance: RunningTokengate) =>
+      ((await (await postForm(`${instance.baseUrl}/oauth/introspect`, { token, ...clientCredentials(application) })).json()) as { active: boolean }).active;
     expect(await active(b)).toBe(true);
     await a.tokengate.context.store.revokeAccessToken(tokenDigest(token));
     await eventually(async () => !(await active(b)));

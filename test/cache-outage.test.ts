@@ -6,7 +6,8 @@ import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { CachedTokenStore, cached } from '../src/store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord, type TokenStore } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { countingStore, startGateway, startUpstream } from './support/gateway.js';
+import { countingStore, startUpstream } from './support/gateway.js';
+import { startTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
@@ -363,14 +364,14 @@ describe('tokengate with the cache: wiring and readiness', () => {
 describe('the gateway while Redis is killed and restarted under traffic', () => {
   it('keeps answering: cached tokens 200, others 503 + Retry-After within the command timeout, never 401 for a valid token; recovers without a restart', async () => {
     const upstream = await startUpstream();
-    const gateway = await startGateway(
-      { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
-      { label: 'cache-outage-gateway', store: createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }) },
-    );
+    const gateway = await startTokengate('cache-outage-gateway', {
+      config: { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
+      store: createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }),
+    });
     opened.push(gateway, upstream);
     const request = async (token: string) => {
       const started = performance.now();
-      const response = await fetch(`${gateway.url}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
+      const response = await fetch(`${gateway.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
       await response.arrayBuffer();
       return { status: response.status, retryAfter: response.headers.get('retry-after'), ms: performance.now() - started };
     };

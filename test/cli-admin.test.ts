@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { runCli, type CliResult } from './support/cli.js';
-import { freePort, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+import { issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+import { freePort } from './support/ports.js';
 
 /**
  * The operator CLI as operators run it: a separate `tokengate` process (through tsx, so the test
@@ -24,7 +25,7 @@ beforeAll(async () => {
   configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
   rmSync(directory, { recursive: true, force: true });
 });
 

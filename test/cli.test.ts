@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { runCli, startServe, writeTempConfig, type ServeProcess } from './support/cli.js';
-import { REDIS_URL, deletePrefix, uniquePrefix } from './support/redis.js';
+import { USER_TOKEN, startUpstream } from './support/gateway.js';
+import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
 
 const LISTEN_ON_FREE_PORTS = 'server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\n';
 
@@ -63,6 +65,45 @@ describe('tokengate serve', () => {
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
     await deletePrefix(prefix);
+  });
+
+  it('lets an in-flight request finish on SIGTERM while refusing new connections', async () => {
+    const prefix = uniquePrefix('shutdown');
+    const tagKey = generateTagKey();
+    let releaseUpstream = () => {};
+    const upstream = await startUpstream((_request, response) => {
+      releaseUpstream = () => response.end('finished');
+    });
+    const store = createTestRedisStore(prefix);
+    try {
+      const token = createTokenMinter(decodeTagKey(tagKey)).mint();
+      await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+      serve = await startServe(
+        writeTempConfig(
+          `${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\nissuer:\n  tokenTagKey: ${tagKey}\n` +
+            `routes:\n  - path: /api/public/tickets\n    upstream: ${upstream.url}\n`,
+        ),
+      );
+      const inFlight = fetch(`${serve.publicUrl}/api/public/tickets`, { headers: { authorization: `Bearer ${token}` } });
+      while (upstream.received.length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+      serve.child.kill('SIGTERM');
+      // The listener closes at once: a new connection is refused while the old request is still open.
+      let refused = false;
+      for (let attempt = 0; attempt < 100 && !refused; attempt += 1) {
+        refused = await fetch(`${serve.opsUrl}/healthz`).then(() => false, () => true);
+        if (!refused) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(refused).toBe(true);
+      releaseUpstream();
+      const response = await inFlight;
+      expect(response.status).toBe(200);
+      expect(await response.text()).toBe('finished');
+      expect(await serve.exited).toBe(0);
+    } finally {
+      await upstream.close();
+      await store.close();
+      await deletePrefix(prefix);
+    }
   });
 
   it('refuses to start with an unreachable Redis, in one paragraph', async () => {

@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { application, authorizePath, createUser, startIssuer, type RunningIssuer } from './support/issuer.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { application, authorizePath, createUser } from './support/issuer.js';
 
 /**
  * The authorization code flow in a real browser (headless Chromium, JavaScript switched off, as
@@ -51,7 +52,7 @@ interface CodeGrant {
  * Proves a code the browser brought back is good, the way the application uses it: exchanged
  * at the token endpoint with the PKCE verifier (public client), for tokens the store holds.
  */
-async function redeemCode(issuer: RunningIssuer, code: string, redirectUri: string, verifier: string): Promise<CodeGrant> {
+async function redeemCode(issuer: RunningTokengate, code: string, redirectUri: string, verifier: string): Promise<CodeGrant> {
   const response = await fetch(new URL('/oauth/token', issuer.baseUrl), {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
@@ -67,14 +68,14 @@ async function redeemCode(issuer: RunningIssuer, code: string, redirectUri: stri
 }
 
 describe('authorization code flow in headless Chromium', () => {
-  let issuer: RunningIssuer;
+  let issuer: RunningTokengate;
   let callback: Callback;
   let browser: BrowserContext;
   let profile: string;
 
   beforeAll(async () => {
     callback = await startCallback();
-    issuer = await startIssuer({ label: 'e2e-browser' });
+    issuer = await startTokengate('e2e-browser');
     await issuer.store.putApplication(application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }));
     await createUser(issuer.store, 'user-fan', EMAIL, PASSWORD);
     profile = await mkdtemp(join(tmpdir(), 'tokengate-chromium-'));

@@ -2,7 +2,8 @@ import { request as httpRequest } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, rawRedis, uniquePrefix } from './support/redis.js';
-import { APPLICATION_TOKEN, countingStore, startGateway, startUpstream, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+import { APPLICATION_TOKEN, countingStore, startUpstream, type Upstream } from './support/gateway.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
 
 /**
  * Who may reach which route, and every error the gateway answers with: status, the exact
@@ -16,7 +17,7 @@ const INVALID_TOKEN_BODY = { error: 'invalid_token', error_description: 'The acc
 
 let userApi: Upstream;
 let organizerApi: Upstream;
-let gateway: GatewayUnderTest;
+let gateway: RunningTokengate;
 let calls: { getAccessToken: number };
 
 function routes(user: string, organizer: string) {
@@ -31,17 +32,14 @@ function routes(user: string, organizer: string) {
 
 beforeAll(async () => {
   [userApi, organizerApi] = await Promise.all([startUpstream(), startUpstream()]);
-  gateway = await startGateway(
-    { gateway: { realm: REALM }, routes: routes(userApi.url, organizerApi.url) },
-    {
-      label: 'gateway-auth',
-      wrap(store) {
-        const counting = countingStore(store);
-        calls = counting.calls;
-        return counting.store;
-      },
+  gateway = await startTokengate('gateway-auth', {
+    config: { gateway: { realm: REALM }, routes: routes(userApi.url, organizerApi.url) },
+    wrap(store) {
+      const counting = countingStore(store);
+      calls = counting.calls;
+      return counting.store;
     },
-  );
+  });
 });
 
 afterAll(async () => {
@@ -58,7 +56,7 @@ interface Answer {
 async function call(path: string, init: RequestInit & { token?: string } = {}): Promise<Answer> {
   const headers = new Headers(init.headers);
   if (init.token !== undefined) headers.set('authorization', `Bearer ${init.token}`);
-  const response = await fetch(`${gateway.url}${path}`, { ...init, headers });
+  const response = await fetch(`${gateway.baseUrl}${path}`, { ...init, headers });
   const text = await response.text();
   let body: unknown = text;
   try {
@@ -231,7 +229,7 @@ describe('malformed and ambiguous credentials', () => {
       expectError(await call('/api/public/tickets', { method: 'POST', body: `access_token=${token}&access_token=${other}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 400, body, challenge);
       expectError(await call('/api/public/tickets', { method: 'POST', token, body: JSON.stringify({ access_token: other }), headers: { 'content-type': 'application/json' } }), 400, body, challenge);
       const twoHeaders = await new Promise<number>((resolve, reject) => {
-        const outgoing = httpRequest(`${gateway.url}/api/public/me`, { headers: ['authorization', `Bearer ${token}`, 'Authorization', `Bearer ${other}`] }, (response) => {
+        const outgoing = httpRequest(`${gateway.baseUrl}/api/public/me`, { headers: ['authorization', `Bearer ${token}`, 'Authorization', `Bearer ${other}`] }, (response) => {
           response.resume();
           resolve(response.statusCode!);
         });
@@ -299,17 +297,17 @@ describe('an unreachable token store', () => {
     const prefix = uniquePrefix('gateway-store-down');
     const unreachable = createTestRedisStore(prefix, { url: 'redis://127.0.0.1:1', commandTimeoutMs: 200 });
     const upstream = await startUpstream();
-    const down = await startGateway({ gateway: { realm: REALM }, routes: [{ path: '/api/public/me', token: 'user', upstream: upstream.url }] }, { store: unreachable });
+    const down = await startTokengate('gateway-store-down', { config: { gateway: { realm: REALM }, routes: [{ path: '/api/public/me', token: 'user', upstream: upstream.url }] }, store: unreachable });
     try {
       const token = down.tokengate.context.minter.mint();
-      const response = await fetch(`${down.url}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
+      const response = await fetch(`${down.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
       expect(response.status).toBe(503);
       expect(response.headers.get('retry-after')).toBe('1');
       expect(response.headers.get('cache-control')).toBe('no-store');
       expect(response.headers.get('www-authenticate')).toBeNull();
       expect(await response.json()).toEqual({ error: 'temporarily_unavailable', error_description: 'The token store is unreachable; try again shortly.' });
       // A forged token still needs no store: 401 as usual.
-      const forged = await fetch(`${down.url}/api/public/me`, { headers: { authorization: `Bearer ${'A'.repeat(43)}` } });
+      const forged = await fetch(`${down.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${'A'.repeat(43)}` } });
       expect(forged.status).toBe(401);
       expect(upstream.received).toHaveLength(0);
     } finally {
@@ -343,7 +341,7 @@ async function metricValue(name: string, labels: Record<string, string> = {}): P
 /** Sends one Authorization header value byte for byte (fetch would refuse or normalize some). */
 function rawAuthorization(value: string): Promise<{ status: number; body: unknown; challenge: string | undefined; cacheControl: string | undefined }> {
   return new Promise((resolve, reject) => {
-    const outgoing = httpRequest(`${gateway.url}/api/public/me`, { headers: { authorization: Buffer.from(value, 'utf8').toString('latin1') } }, (response) => {
+    const outgoing = httpRequest(`${gateway.baseUrl}/api/public/me`, { headers: { authorization: Buffer.from(value, 'utf8').toString('latin1') } }, (response) => {
       const chunks: Buffer[] = [];
       response.on('data', (chunk: Buffer) => chunks.push(chunk));
       response.on('end', () => {

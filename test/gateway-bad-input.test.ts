@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { APPLICATION_TOKEN, rawRequest, startGateway, startUpstream, statusOf, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+import { APPLICATION_TOKEN, rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
 
 /**
  * Input that must be refused with a clear 4xx and an RFC error body, with nothing reaching an
@@ -10,21 +11,20 @@ import { APPLICATION_TOKEN, rawRequest, startGateway, startUpstream, statusOf, t
 const MAX_HEADER_SIZE = 4_096;
 let userApi: Upstream;
 let organizerApi: Upstream;
-let gateway: GatewayUnderTest;
+let gateway: RunningTokengate;
 let userToken: string;
 
 beforeAll(async () => {
   [userApi, organizerApi] = await Promise.all([startUpstream(), startUpstream()]);
-  gateway = await startGateway(
-    {
-      server: { host: '127.0.0.1', port: 0, maxHeaderSize: MAX_HEADER_SIZE },
+  gateway = await startTokengate('gateway-bad-input', {
+    config: {
+      server: { maxHeaderSize: MAX_HEADER_SIZE },
       routes: [
         { path: '/api/public/tickets', token: 'user', upstream: userApi.url },
         { path: '/api/public/events', token: 'application', upstream: organizerApi.url },
       ],
     },
-    { label: 'gateway-bad-input' },
-  );
+  });
   userToken = await gateway.issue();
 });
 

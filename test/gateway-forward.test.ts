@@ -4,7 +4,9 @@ import type { AddressInfo } from 'node:net';
 import { WebSocket } from 'undici';
 import { WebSocketServer } from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { APPLICATION_TOKEN, closeServer, startGateway, startUpstream, type GatewayUnderTest, type Received, type Upstream } from './support/gateway.js';
+import { APPLICATION_TOKEN, closeServer, startUpstream, type Received, type Upstream } from './support/gateway.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { freePort } from './support/ports.js';
 
 /**
  * What the upstream actually receives: never the credential (header, query or body) nor a
@@ -22,7 +24,7 @@ let streamApi: Server;
 let streamControl: { requestChunk: Promise<void>; releaseResponse: () => void; responseReleased: Promise<void> };
 let webSocketApi: { server: Server; url: string; handshakes: Array<{ url: string; headers: IncomingHttpHeaders }> };
 let closedPort: number;
-let gateway: GatewayUnderTest;
+let gateway: RunningTokengate;
 
 beforeAll(async () => {
   [userApi, organizerApi] = await Promise.all([startUpstream(), startUpstream()]);
@@ -33,9 +35,9 @@ beforeAll(async () => {
   webSocketApi = await startWebSocketUpstream();
   closedPort = await freePort();
   const user = userApi.url;
-  gateway = await startGateway(
-    {
-      server: { host: '127.0.0.1', port: 0, bodyLimit: BODY_LIMIT },
+  gateway = await startTokengate('gateway-forward', {
+    config: {
+      server: { bodyLimit: BODY_LIMIT },
       routes: [
         { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', upstream: user },
         { path: '/api/public/tickets', token: 'user', upstream: user },
@@ -46,8 +48,7 @@ beforeAll(async () => {
         { path: '/api/live', methods: ['GET'], token: 'user', upstream: webSocketApi.url },
       ],
     },
-    { label: 'gateway-forward' },
-  );
+  });
 });
 
 afterAll(async () => {
@@ -182,10 +183,10 @@ describe('identity and forwarding headers', () => {
   });
 
   it('appends to X-Forwarded-For and keeps X-Forwarded-Proto/-Host when server.trustProxy is on', async () => {
-    const trusting = await startGateway({ server: { host: '127.0.0.1', port: 0, trustProxy: true }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] }, { label: 'gateway-trust' });
+    const trusting = await startTokengate('gateway-trust', { config: { server: { trustProxy: true }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] } });
     try {
       const token = await trusting.issue();
-      const response = await fetch(`${trusting.url}/api/x`, { headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' } });
+      const response = await fetch(`${trusting.baseUrl}/api/x`, { headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' } });
       expect(response.status).toBe(200);
       const received = lastReceived();
       expect(received.headers['x-forwarded-for']).toBe('203.0.113.9, 127.0.0.1');
@@ -223,7 +224,7 @@ describe('identity and forwarding headers', () => {
 describe('streaming', () => {
   it('streams the request body to the upstream before the client has finished sending it', async () => {
     const token = await gateway.issue();
-    const outgoing = httpRequest(`${gateway.url}/api/stream/upload`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' } });
+    const outgoing = httpRequest(`${gateway.baseUrl}/api/stream/upload`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' } });
     const answer = once(outgoing, 'response');
     outgoing.write('first-part;');
     // The upstream sees the first chunk while the request is still open: nothing buffers it.
@@ -237,7 +238,7 @@ describe('streaming', () => {
 
   it('streams the response to the client before the upstream has finished sending it', async () => {
     const token = await gateway.issue();
-    const response = await fetch(`${gateway.url}/api/stream/download`, { headers: { authorization: `Bearer ${token}` } });
+    const response = await fetch(`${gateway.baseUrl}/api/stream/download`, { headers: { authorization: `Bearer ${token}` } });
     const reader = response.body!.getReader();
     const first = await withTimeout(reader.read(), 'the client never got the first chunk');
     expect(new TextDecoder().decode(first.value)).toBe('first-part;');
@@ -298,7 +299,7 @@ describe('WebSocket upgrades', () => {
 
   it('joins an authorized WebSocket to the upstream, without the credential and with identity headers', async () => {
     const token = await gateway.issue({ userId: 'user-ws' });
-    const socket = new WebSocket(`${gateway.url.replace('http', 'ws')}/api/live/feed?room=7&access_token=${token}`);
+    const socket = new WebSocket(`${gateway.baseUrl.replace('http', 'ws')}/api/live/feed?room=7&access_token=${token}`);
     const message = new Promise<string>((resolve, reject) => {
       socket.addEventListener('message', (event) => resolve(String(event.data)));
       socket.addEventListener('error', () => reject(new Error('websocket error')));
@@ -378,14 +379,6 @@ async function startWebSocketUpstream(): Promise<{ server: Server; url: string; 
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, handshakes };
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  await closeServer(server);
-  return port;
 }
 
 function withTimeout<T>(promise: Promise<T>, message: string, ms = 2_000): Promise<T> {

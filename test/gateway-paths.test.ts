@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { normalizePath, PathRefusal } from '../src/gateway/normalize-path.js';
-import { APPLICATION_TOKEN, rawRequest, startGateway, startUpstream, statusOf, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+import { APPLICATION_TOKEN, rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
 
 /**
  * Path confusion: every attempt is sent byte for byte over a socket, and the test asserts on
@@ -19,12 +20,12 @@ const ROUTES = {
 type RouteName = keyof typeof ROUTES;
 
 const upstreams = {} as Record<RouteName, Upstream>;
-let gateway: GatewayUnderTest;
+let gateway: RunningTokengate;
 let tokens: { user: string; application: string };
 
 beforeAll(async () => {
   for (const name of Object.keys(ROUTES) as RouteName[]) upstreams[name] = await startUpstream();
-  gateway = await startGateway({ routes: Object.entries(ROUTES).map(([name, route]) => ({ ...route, upstream: upstreams[name as RouteName].url })) }, { label: 'gateway-paths' });
+  gateway = await startTokengate('gateway-paths', { config: { routes: Object.entries(ROUTES).map(([name, route]) => ({ ...route, upstream: upstreams[name as RouteName].url })) } });
   tokens = { user: await gateway.issue(), application: await gateway.issue(APPLICATION_TOKEN) };
 });
 

@@ -29,7 +29,7 @@ beforeAll(async () => {
   userId = await registerUser(running.store);
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 interface TokenBody {

@@ -20,7 +20,7 @@ beforeAll(async () => {
   running = await startTokengate('issuer-logs', { logger: pino(loggerOptions('trace'), sink) });
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 it('keeps secrets out of the log, on success and on every kind of refusal', async () => {

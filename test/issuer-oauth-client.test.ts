@@ -1,7 +1,8 @@
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { freePort, issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { freePort } from './support/ports.js';
 
 /**
  * A real OAuth client library against a running tokengate, discovering it from its metadata.
@@ -25,7 +26,7 @@ beforeAll(async () => {
   userId = await registerUser(running.store);
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 /** The authorization step, as /oauth/authorize completes it: a code bound to the library's PKCE challenge. */

@@ -6,13 +6,13 @@ import { createTestRedisStore } from './support/redis.js';
 import {
   basicAuthorization,
   clientCredentials,
-  freePort,
   postForm,
   registerApplication,
   startTokengate,
   type RunningTokengate,
   type TestApplication,
 } from './support/instance.js';
+import { freePort } from './support/ports.js';
 
 let running: RunningTokengate;
 let tokenUrl: string;
@@ -26,7 +26,7 @@ beforeAll(async () => {
   publicClient = await registerApplication(running.store, { confidential: false });
 });
 afterAll(async () => {
-  await running.stop();
+  await running.close();
 });
 
 /** Every token endpoint answer, success or error, forbids caching (RFC 6749 section 5.1). */
@@ -246,7 +246,7 @@ describe('POST /oauth/token: store outage', () => {
       await expectError(response, 503, 'temporarily_unavailable');
       expect(response.headers.get('retry-after')).toBe('1');
     } finally {
-      await outage.stop();
+      await outage.close();
     }
   });
 });

@@ -6,6 +6,7 @@ import { MemoryStore } from '../src/store/memory.js';
 import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, TokenStore } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
+import { eventually } from './support/wait.js';
 
 const minter = createTokenMinter(decodeTagKey(generateTagKey()));
 const newDigest = () => tokenDigest(minter.mint());
@@ -17,15 +18,6 @@ function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRec
 
 function refreshToken(overrides: Partial<RefreshTokenRecord> = {}): RefreshTokenRecord {
   return { clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: inOneHour(), ...overrides };
-}
-
-/** Waits until `predicate` holds (revocations cross Redis pub/sub asynchronously). */
-async function eventually(predicate: () => boolean, timeoutMs = 2_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 async function sleepUntil(time: number): Promise<void> {
@@ -148,7 +140,7 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect(await subject.peer.getAccessToken(digest)).toEqual(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
     expect(await store.revokeAccessToken(digest)).toBe(1);
     expect(await store.getAccessToken(digest)).toBeNull();
-    await eventually(() => events.length === 1);
+    await eventually(() => events.length === 1, 2_000);
     expect(events[0]!.accessTokens).toEqual([digest]);
     expect(events[0]!.publishedAt).toBeLessThanOrEqual(Date.now());
     await unsubscribe();

@@ -282,9 +282,12 @@ export class RedisStore implements TokenStore {
     });
     subscriber.on('error', () => {});
     this.subscribers.add(subscriber);
+    // Until the first SUBSCRIBE is answered the feed has not started, so a failed connection
+    // attempt is no interruption: the caller treats the feed as down until this resolves.
+    let established = false;
     let interrupted = false;
     subscriber.on('close', () => {
-      if (interrupted || !this.subscribers.has(subscriber)) return;
+      if (!established || interrupted || !this.subscribers.has(subscriber)) return;
       interrupted = true;
       feed.onInterrupted();
     });
@@ -309,6 +312,7 @@ export class RedisStore implements TokenStore {
       if (event !== null && Array.isArray(event.accessTokens)) feed.onRevoked(event);
     });
     await this.run(subscriber.subscribe(this.channel));
+    established = true;
     return async () => {
       this.subscribers.delete(subscriber);
       closeSubscriber(subscriber);

@@ -1,13 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { stringify } from 'yaml';
-import { buildTokengate, type Tokengate } from '../../src/app.js';
-import { parseConfig } from '../../src/config/load.js';
-import { createLogger } from '../../src/observability/logger.js';
 import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
-import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';
-import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
 
 /** What an upstream received, as it received it. */
 export interface Received {
@@ -60,62 +54,10 @@ export function closeServer(server: Server): Promise<void> {
   return new Promise((resolve) => server.close(() => resolve()));
 }
 
-export interface GatewayUnderTest {
-  readonly tokengate: Tokengate;
-  /** Base URL of the public listener, e.g. http://127.0.0.1:41234 */
-  readonly url: string;
-  readonly port: number;
-  readonly store: TokenStore;
-  /** Key prefix of the test's Redis store. */
-  readonly prefix: string;
-  /** Mints a token of this deployment and stores its record: a token as the issuer would make it. */
-  issue(record?: Partial<AccessTokenRecord>): Promise<string>;
-  close(): Promise<void>;
-}
-
-/** What issue() stores by default: a user token with the public scope, valid for an hour. */
+/** What a running tokengate's issue() stores by default: a user token with the public scope, valid for an hour. */
 export const USER_TOKEN = { kind: 'user', clientId: 'client-web', userId: 'user-42', scopes: ['public'], familyId: 'family-1' } as const satisfies Partial<AccessTokenRecord>;
 /** An application (client_credentials) token's fields, to pass to issue(). */
 export const APPLICATION_TOKEN = { kind: 'application', clientId: 'client-organizer', userId: null, scopes: ['public'], familyId: null } as const satisfies Partial<AccessTokenRecord>;
-
-/**
- * A whole tokengate (through the config loader, so the route checks run) listening on port 0,
- * with a Redis store under its own key prefix. `store` replaces it (an unreachable Redis);
- * `wrap` puts a wrapper around it, as the token cache does.
- */
-export async function startGateway(config: Record<string, unknown>, options: { store?: TokenStore; wrap?: (store: TokenStore) => TokenStore; label?: string } = {}): Promise<GatewayUnderTest> {
-  const prefix = uniquePrefix(options.label ?? 'gateway');
-  const redis = options.store ?? createTestRedisStore(prefix);
-  const store = options.wrap?.(redis) ?? redis;
-  const text = stringify({
-    server: { host: '127.0.0.1', port: 0 },
-    admin: { host: '127.0.0.1', port: 0 },
-    store: { driver: 'redis' },
-    issuer: { tokenTagKey: generateTagKey() },
-    logging: { level: 'silent' },
-    ...config,
-  });
-  const tokengate = await buildTokengate(parseConfig(text, 'test.yaml', {}), { store, logger: createLogger('silent') });
-  const { publicUrl } = await tokengate.listen();
-  return {
-    tokengate,
-    url: publicUrl,
-    port: Number(new URL(publicUrl).port),
-    store,
-    prefix,
-    async issue(record = {}) {
-      const token = tokengate.context.minter.mint();
-      const now = Date.now();
-      await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: [...USER_TOKEN.scopes], issuedAt: now, expiresAt: now + 3_600_000, ...record });
-      return token;
-    },
-    async close() {
-      await tokengate.close();
-      await redis.close();
-      if (options.store === undefined) await deletePrefix(prefix);
-    },
-  };
-}
 
 /** Sends `text` as is over a new TCP connection and resolves with everything the server wrote back before closing. */
 export function rawRequest(port: number, text: string | Buffer, waitMs = 1_000): Promise<string> {

@@ -1,78 +1,91 @@
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import type { Logger } from 'pino';
 import { buildTokengate, type Tokengate } from '../../src/app.js';
 import { parseConfig } from '../../src/config/load.js';
 import { clientSecretDigest } from '../../src/issuer/client-auth.js';
-import type { AuthorizationCodeRecord, TokenStore } from '../../src/store/store.js';
+import type { AccessTokenRecord, AuthorizationCodeRecord, TokenStore } from '../../src/store/store.js';
 import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';
+import { USER_TOKEN } from './gateway.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
 
-/** A tokengate listening on free loopback ports, over a Redis store under its own prefix. */
+/** A whole tokengate (through the config loader, so its checks run) listening on free loopback ports. */
 export interface RunningTokengate {
-  tokengate: Tokengate;
-  store: TokenStore;
-  /** The Redis key prefix of this instance's data. */
-  prefix: string;
+  readonly tokengate: Tokengate;
+  /** The store it runs over, as `wrap` wrapped it. */
+  readonly store: TokenStore;
+  /** The Redis key prefix of its data (or of the instance it shares; unused when a `store` was given). */
+  readonly prefix: string;
   /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
-  baseUrl: string;
+  readonly baseUrl: string;
+  /** Port of the public listener (for raw sockets). */
+  readonly port: number;
   /** Ops listener. */
-  opsUrl: string;
-  stop(): Promise<void>;
+  readonly opsUrl: string;
+  /** Mints a token of this deployment and stores its record: a token as the issuer would make it. */
+  issue(record?: Partial<AccessTokenRecord>): Promise<string>;
+  /** Stops it, closes its store and deletes the data it made. */
+  close(): Promise<void>;
 }
 
-type Sections = Record<string, Record<string, unknown>>;
-
 export interface StartOptions {
-  /** Config sections merged over the test defaults (one level deep). */
-  config?: Sections;
+  /** Config sections merged over the test defaults, each one level deep; a list (`routes`) is taken as given. */
+  config?: Record<string, unknown>;
   /** Fixed public port, for tests whose issuerUrl must name it. */
   port?: number;
-  /** A store to use instead of a fresh Redis prefix (e.g. one that cannot reach Redis). */
+  /**
+   * Another instance whose data (prefix) and token tag key this one takes: a second sidecar of
+   * the same deployment. The data stays the other's to delete.
+   */
+  sharing?: RunningTokengate;
+  /** A store to use instead of a fresh Redis prefix (e.g. one that cannot reach Redis); closed by close(), its data left alone. */
   store?: TokenStore;
+  /** Puts a wrapper around the store, as the token cache does (e.g. one that counts reads). */
+  wrap?: (store: TokenStore) => TokenStore;
   /** A logger to use instead of a silent one (tests that read the log). */
   logger?: Logger;
 }
 
 export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
-  const prefix = uniquePrefix(label);
-  const defaults: Sections = {
+  const defaults: Record<string, Record<string, unknown>> = {
     server: { host: '127.0.0.1', port: options.port ?? 0 },
     admin: { host: '127.0.0.1', port: 0 },
     store: { driver: 'redis' },
-    issuer: { tokenTagKey: generateTagKey(), issuerUrl: `http://127.0.0.1:${options.port ?? 8080}` },
+    issuer: {
+      tokenTagKey: options.sharing?.tokengate.context.config.issuer.tokenTagKey ?? generateTagKey(),
+      issuerUrl: `http://127.0.0.1:${options.port ?? 8080}`,
+    },
     logging: { level: 'silent' },
   };
-  const sections: Sections = { ...defaults };
-  for (const [name, section] of Object.entries(options.config ?? {})) sections[name] = { ...defaults[name], ...section };
+  const sections: Record<string, unknown> = { ...defaults };
+  for (const [name, value] of Object.entries(options.config ?? {})) {
+    sections[name] = typeof value === 'object' && value !== null && !Array.isArray(value) ? { ...defaults[name], ...value } : value;
+  }
   const config = parseConfig(JSON.stringify(sections), `test config (${label})`, {});
-  const store = options.store ?? createTestRedisStore(prefix);
-  const tokengate = await buildTokengate(config, { store, ...(options.logger === undefined ? {} : { logger: options.logger }) });
+  const ownsData = options.store === undefined && options.sharing === undefined;
+  const prefix = options.sharing?.prefix ?? uniquePrefix(label);
+  const unwrapped = options.store ?? createTestRedisStore(prefix);
+  const store = options.wrap?.(unwrapped) ?? unwrapped;
+  const tokengate = await buildTokengate(config, { store, logger: options.logger });
   const { publicUrl, opsUrl } = await tokengate.listen();
   return {
     tokengate,
     store,
     prefix,
-    baseUrl: publicUrl.replace(/\/$/, ''),
-    opsUrl: opsUrl.replace(/\/$/, ''),
-    async stop() {
+    baseUrl: publicUrl,
+    port: Number(new URL(publicUrl).port),
+    opsUrl,
+    async issue(record = {}) {
+      const token = tokengate.context.minter.mint();
+      const now = Date.now();
+      await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: [...USER_TOKEN.scopes], issuedAt: now, expiresAt: now + 3_600_000, ...record });
+      return token;
+    },
+    async close() {
       await tokengate.close();
-      await store.close();
-      await deletePrefix(prefix);
+      await unwrapped.close();
+      if (ownsData) await deletePrefix(prefix);
     },
   };
-}
-
-/** A port nothing listens on right now (for an issuerUrl that must name the port, or a refused connection). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 export interface TestApplication {

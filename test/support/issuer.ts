@@ -1,55 +1,5 @@
-import { stringify } from 'yaml';
-import { buildTokengate, type Tokengate } from '../../src/app.js';
-import { parseConfig } from '../../src/config/load.js';
 import { hashPassword } from '../../src/issuer/passwords.js';
 import type { ApplicationRecord, TokenStore } from '../../src/store/store.js';
-import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
-
-/**
- * A running tokengate (public listener on a free port) over a real Redis under its own prefix,
- * with applications and a user to sign in with.
- */
-export interface RunningIssuer {
-  tokengate: Tokengate;
-  store: TokenStore;
-  baseUrl: string;
-  prefix: string;
-  close(): Promise<void>;
-}
-
-export interface IssuerOptions {
-  /** Key prefix; give another issuer's prefix to run a second sidecar on the same data. */
-  prefix?: string;
-  label?: string;
-  issuer?: Record<string, unknown>;
-  server?: Record<string, unknown>;
-}
-
-export async function startIssuer(options: IssuerOptions = {}): Promise<RunningIssuer> {
-  const ownsPrefix = options.prefix === undefined;
-  const prefix = options.prefix ?? uniquePrefix(options.label ?? 'issuer');
-  const text = stringify({
-    server: { host: '127.0.0.1', port: 0, ...options.server },
-    admin: { host: '127.0.0.1', port: 0 },
-    issuer: { issuerUrl: 'http://127.0.0.1', ...options.issuer },
-    logging: { level: 'silent' },
-  });
-  const config = parseConfig(text, 'test config');
-  const store = createTestRedisStore(prefix);
-  const tokengate = await buildTokengate(config, { store });
-  const baseUrl = await tokengate.app.listen({ host: '127.0.0.1', port: 0 });
-  return {
-    tokengate,
-    store,
-    baseUrl,
-    prefix,
-    async close() {
-      await tokengate.close();
-      await store.close();
-      if (ownsPrefix) await deletePrefix(prefix);
-    },
-  };
-}
 
 export function application(overrides: Partial<ApplicationRecord> = {}): ApplicationRecord {
   return {

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
+import { freePort } from './ports.js';
 
 const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
 
@@ -69,15 +69,4 @@ export class ThrowawayRedis {
   client(): Redis {
     return new Redis(this.url, { maxRetriesPerRequest: 1 });
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
