@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { countingStore, startGateway, startUpstream, USER_TOKEN, type GatewayUnderTest, type Upstream } from './support/gateway.js';
+import { countingStore, startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { valueOf } from './support/metrics.js';
 
 /**
  * The gateway asks the token cache before the tag check, so a cached token costs no HMAC.
@@ -9,22 +11,19 @@ import { countingStore, startGateway, startUpstream, USER_TOKEN, type GatewayUnd
  */
 
 let upstream: Upstream;
-let gateway: GatewayUnderTest;
+let gateway: RunningTokengate;
 let calls: { getAccessToken: number };
 
 beforeAll(async () => {
   upstream = await startUpstream();
-  gateway = await startGateway(
-    { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
-    {
-      label: 'gateway-cache-hit',
-      wrap(store) {
-        const counting = countingStore(store);
-        calls = counting.calls;
-        return counting.store;
-      },
+  gateway = await startTokengate('gateway-cache-hit', {
+    config: { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
+    wrap(store) {
+      const counting = countingStore(store);
+      calls = counting.calls;
+      return counting.store;
     },
-  );
+  });
 });
 
 afterAll(async () => {
@@ -32,21 +31,18 @@ afterAll(async () => {
   await upstream?.close();
 });
 
-const status = async (token: string) => (await fetch(`${gateway.url}/api/public/me`, { headers: { authorization: `Bearer ${token}` } })).status;
-
-async function counter(name: string): Promise<number> {
-  const metric = await gateway.tokengate.context.metrics.registry.getSingleMetric(name)!.get();
-  return metric.values.reduce((sum, value) => sum + value.value, 0);
-}
+const status = async (token: string) => (await fetch(`${gateway.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } })).status;
+const cacheHits = () => valueOf(gateway.tokengate.context.metrics.cacheHits);
+const forgedTokens = () => valueOf(gateway.tokengate.context.metrics.forgedTokens);
 
 describe('the cache-hit path', () => {
   it('answers a cached token from the cache alone: no store call, counted as a hit', async () => {
     const token = await gateway.issue();
     expect(await status(token)).toBe(200);
-    const [storeCalls, hits] = [calls.getAccessToken, await counter('tokengate_cache_hits_total')];
+    const [storeCalls, hits] = [calls.getAccessToken, await cacheHits()];
     expect([await status(token), await status(token)]).toEqual([200, 200]);
     expect(calls.getAccessToken - storeCalls).toBe(0);
-    expect((await counter('tokengate_cache_hits_total')) - hits).toBe(2);
+    expect((await cacheHits()) - hits).toBe(2);
   });
 
   it('keeps refusing a value the store holds under another tag key: it never gets into the cache', async () => {
@@ -55,11 +51,11 @@ describe('the cache-hit path', () => {
     const foreign = createTokenMinter(decodeTagKey(generateTagKey())).mint();
     const now = Date.now();
     await gateway.store.saveAccessToken(tokenDigest(foreign), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 });
-    const [storeCalls, forged, hits] = [calls.getAccessToken, await counter('tokengate_forged_tokens_total'), await counter('tokengate_cache_hits_total')];
+    const [storeCalls, forged, hits] = [calls.getAccessToken, await forgedTokens(), await cacheHits()];
     for (let i = 0; i < 3; i++) expect(await status(foreign)).toBe(401);
     expect(calls.getAccessToken - storeCalls).toBe(0);
-    expect((await counter('tokengate_forged_tokens_total')) - forged).toBe(3);
-    expect((await counter('tokengate_cache_hits_total')) - hits).toBe(0);
+    expect((await forgedTokens()) - forged).toBe(3);
+    expect((await cacheHits()) - hits).toBe(0);
     expect(gateway.tokengate.context.cache!.freshAccessToken(tokenDigest(foreign))).toBeUndefined();
   });
 
