@@ -10,8 +10,8 @@ import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } fro
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
 import { percentile, runLoad, type LoadResult } from './lib/load.js';
 import { cacheLookupsBetween, scrapeCounters } from './lib/metrics.js';
-import { cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
-import { ProcessGroup, choosePinning, logTail, pinThisProcess } from './lib/processes.js';
+import { cpuCoreMilliseconds, cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
+import { ProcessGroup, choosePinning, logTail, pinThisProcess, type Pinning } from './lib/processes.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
 import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult, type ScenarioResult } from './lib/report.js';
 import { readSettings, type BenchSettings } from './lib/settings.js';
@@ -32,6 +32,8 @@ const runStarted = performance.now();
 
 interface Run {
   settings: BenchSettings;
+  group: ProcessGroup;
+  pinning: Pinning | null;
   redis: { url: string; pid: number; store: RedisStore };
   results: BenchResults;
   failures: string[];
@@ -64,6 +66,7 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
   const opsUrl = spec.gateway?.opsUrl ?? null;
   const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
   const gatewayPids = spec.gateway?.pids() ?? [];
+  const serverCore = watchServerCore(run);
   const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
   const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
   let result: LoadResult;
@@ -77,6 +80,7 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     const exited = service?.process.exitStatus() ?? null;
     if (exited !== null) throw new Error(`${service!.process.name} ${exited} during the run:\n${logTail(service!.process.logFile)}`);
   }
+  const serverCoreUse = serverCore?.() ?? null;
   const gatewayCpuMs = totalCpuMilliseconds(gatewayPids) - before.gateway;
   const redisCpuMs = cpuMilliseconds(run.redis.pid) - before.redis;
   const cacheLookups = opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl));
@@ -88,12 +92,42 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(gatewayCpuMs),
     storeCpuMsPer1k: perThousand(redisCpuMs),
     cacheLookups,
+    serverCpuElsewherePercent: serverCoreUse?.elsewherePercent ?? null,
+    serverCpuStealPercent: serverCoreUse?.stealPercent ?? null,
     baseline: spec.baseline,
     loadGeneratorCpuPercent: ((self.user + self.system) / 1000 / (result.seconds * 1000)) * 100,
   };
   run.results.scenarios[spec.id] = scenario;
   progress(`${spec.title}: ${Math.round(result.requestsPerSecond)} req/s, p99 ${result.p99Ms.toFixed(2)} ms, ${result.errors} errors, ${result.unexpected} unexpected statuses`);
   return scenario;
+}
+
+/**
+ * Starts watching the servers' CPUs (when pinned); the function returned tells, as shares of
+ * those CPUs over the time since, what processes outside the benchmark used and what the
+ * hypervisor stole. A scenario with much of either measured a busy machine, not the servers.
+ */
+function watchServerCore(run: Run): (() => { elsewherePercent: number; stealPercent: number }) | null {
+  if (run.pinning === null) return null;
+  const cpus = run.pinning.serverCpuList;
+  const pids = run.group.pids();
+  const ours = () => pids.reduce((sum, pid) => sum + tryCpuMilliseconds(pid), 0);
+  const started = { at: performance.now(), core: cpuCoreMilliseconds(cpus), ours: ours() };
+  return () => {
+    const capacityMs = (performance.now() - started.at) * cpus.length;
+    const core = cpuCoreMilliseconds(cpus);
+    const elsewhereMs = core.busy - started.core.busy - (ours() - started.ours);
+    return { elsewherePercent: Math.max(0, (elsewhereMs / capacityMs) * 100), stealPercent: ((core.steal - started.core.steal) / capacityMs) * 100 };
+  };
+}
+
+/** A process that ended meanwhile counts as nothing more. */
+function tryCpuMilliseconds(pid: number): number {
+  try {
+    return cpuMilliseconds(pid);
+  } catch {
+    return 0;
+  }
 }
 
 /** One request before the load: a scenario that would measure error pages fails here, with the answer shown. */
@@ -135,7 +169,7 @@ async function main(): Promise<number> {
   try {
     const redis = await startRedis(group);
     const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });
-    const run: Run = { settings, redis: { url: redis.url, pid: redis.process.pid, store }, results, failures };
+    const run: Run = { settings, group, pinning, redis: { url: redis.url, pid: redis.process.pid, store }, results, failures };
     try {
       await runScenarios(run, group, dir);
     } finally {

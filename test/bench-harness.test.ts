@@ -20,7 +20,7 @@ function load(requestsPerSecond: number, overrides: Partial<LoadResult> = {}): L
 }
 
 function scenario(id: string, requestsPerSecond: number, gatewayCpuMsPer1k: number | null, baseline: string | null): ScenarioResult {
-  return { id, title: id, load: load(requestsPerSecond), gatewayCpuMsPer1k, storeCpuMsPer1k: 0, baseline, cacheLookups: null, loadGeneratorCpuPercent: 20 };
+  return { id, title: id, load: load(requestsPerSecond), gatewayCpuMsPer1k, storeCpuMsPer1k: 0, baseline, cacheLookups: null, serverCpuElsewherePercent: 1, serverCpuStealPercent: 0, loadGeneratorCpuPercent: 20 };
 }
 
 function fullResults(): BenchResults {

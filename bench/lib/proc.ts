@@ -54,3 +54,22 @@ export function childPids(parent: number): number[] {
   }
   return children;
 }
+
+/**
+ * CPU time the given CPUs spent busy (user, nice, system) and stolen by the hypervisor, in
+ * milliseconds since boot, from /proc/stat. Compared with the benchmark's own processes, it
+ * shows how much of the servers' core something else took during a scenario.
+ */
+export function cpuCoreMilliseconds(cpus: readonly number[]): { busy: number; steal: number } {
+  const lines = readFileSync('/proc/stat', 'utf8').split('\n');
+  let busy = 0;
+  let steal = 0;
+  for (const cpu of cpus) {
+    const fields = lines.find((line) => line.startsWith(`cpu${cpu} `))?.split(/\s+/).slice(1).map(Number);
+    if (fields === undefined) throw new Error(`no cpu${cpu} in /proc/stat`);
+    const [user = 0, nice = 0, system = 0, , , , , stolen = 0] = fields;
+    busy += user + nice + system;
+    steal += stolen;
+  }
+  return { busy: (busy * 1000) / CLOCK_TICKS_PER_SECOND, steal: (steal * 1000) / CLOCK_TICKS_PER_SECOND };
+}

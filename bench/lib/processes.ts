@@ -4,6 +4,7 @@ import { availableParallelism } from 'node:os';
 import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { childPids } from './proc.js';
 
 /**
  * Starting and stopping the processes under test. On a machine with 2+ cores and `taskset`,
@@ -16,13 +17,16 @@ import { setTimeout as sleep } from 'node:timers/promises';
 export interface Pinning {
   loadGeneratorCpus: string;
   serverCpus: string;
+  /** The server CPUs as numbers (for /proc/stat). */
+  serverCpuList: number[];
 }
 
 export function choosePinning(env: NodeJS.ProcessEnv = process.env): Pinning | null {
   const cpus = availableParallelism();
   if (env.BENCH_PIN === '0' || cpus < 2) return null;
   if (spawnSync('taskset', ['-V']).status !== 0) return null;
-  return { loadGeneratorCpus: '0', serverCpus: cpus === 2 ? '1' : `1-${cpus - 1}` };
+  const serverCpuList = Array.from({ length: cpus - 1 }, (_, index) => index + 1);
+  return { loadGeneratorCpus: '0', serverCpus: cpus === 2 ? '1' : `1-${cpus - 1}`, serverCpuList };
 }
 
 /** Moves every thread of this process (autocannon runs here) onto the load generator's CPUs. */
@@ -79,6 +83,12 @@ export class ProcessGroup {
     };
     this.started.push(started);
     return started;
+  }
+
+  /** Every process of the group still running, and their children (nginx's worker). */
+  pids(): number[] {
+    const running = this.started.filter((started) => started.exitStatus() === null).map((started) => started.pid);
+    return [...running, ...running.flatMap((pid) => childPids(pid))];
   }
 
   /** Stops everything this group started, newest first. */

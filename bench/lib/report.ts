@@ -19,6 +19,12 @@ export interface ScenarioResult {
   baseline: string | null;
   /** tokengate's token cache during the run (from its /metrics); null for other servers or without a cache. */
   cacheLookups: CacheLookups | null;
+  /**
+   * Share of the servers' CPUs used by processes outside the benchmark, and stolen by the
+   * hypervisor, during the run; null when the servers are not pinned. High values: a noisy row.
+   */
+  serverCpuElsewherePercent: number | null;
+  serverCpuStealPercent: number | null;
   /** Busy share of the load generator's CPU: near 100 means the generator, not the server, set the pace. */
   loadGeneratorCpuPercent: number;
 }
@@ -204,11 +210,12 @@ export function scenarioTable(results: BenchResults, checks: TargetCheck[]): str
       fixed(scenario.storeCpuMsPer1k, 0),
       fixed(scenario.loadGeneratorCpuPercent, 0),
       cacheHitShare(scenario.cacheLookups),
+      scenario.serverCpuElsewherePercent === null ? '-' : `${fixed(scenario.serverCpuElsewherePercent, 0)} / ${fixed(scenario.serverCpuStealPercent, 0)}`,
       vs,
       targets.join('; ') || '-',
     ];
   });
-  return markdownTable(['scenario', 'req/s', 'p50 ms', 'p99 ms', 'errors/unexpected', 'gateway CPU ms/1k req', 'Redis CPU ms/1k req', 'load gen CPU %', 'cache hits', 'vs', 'DESIGN.md target'], rows);
+  return markdownTable(['scenario', 'req/s', 'p50 ms', 'p99 ms', 'errors/unexpected', 'gateway CPU ms/1k req', 'Redis CPU ms/1k req', 'load gen CPU %', 'cache hits', 'server CPU: other / steal %', 'vs', 'DESIGN.md target'], rows);
 }
 
 export function otherTable(results: BenchResults, checks: TargetCheck[]): string {
