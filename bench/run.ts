@@ -35,6 +35,8 @@ interface Run {
   group: ProcessGroup;
   pinning: Pinning | null;
   redis: { url: string; pid: number; store: RedisStore };
+  /** Servers that have had their first, longer warm-up. */
+  warmed: Set<Service>;
   results: BenchResults;
   failures: string[];
 }
@@ -51,7 +53,8 @@ interface ScenarioSpec {
   baseline: string | null;
   durationSeconds?: number;
   amount?: number;
-  warmup?: boolean;
+  /** Seconds of unmeasured load first: BENCH_WARMUP (BENCH_FIRST_WARMUP on a fresh server) by default, 0 for none. */
+  warmupSeconds?: number;
   /** Called every second while the measured run lasts (memory soak). */
   everySecond?: () => void;
 }
@@ -61,7 +64,11 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
   await expectAnswer(spec.target, spec.request, expectedStatus);
   const load = (durationSeconds: number, amount?: number) =>
     runLoad({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
-  if (spec.warmup !== false && run.settings.warmupSeconds > 0) await load(run.settings.warmupSeconds);
+  // A fresh Node process runs its first seconds unoptimized: its first scenario warms up longer.
+  const fresh = !run.warmed.has(spec.target);
+  run.warmed.add(spec.target);
+  const warmupSeconds = spec.warmupSeconds ?? (fresh ? run.settings.firstWarmupSeconds : run.settings.warmupSeconds);
+  if (warmupSeconds > 0) await load(warmupSeconds);
 
   const opsUrl = spec.gateway?.opsUrl ?? null;
   const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
@@ -169,7 +176,7 @@ async function main(): Promise<number> {
   try {
     const redis = await startRedis(group);
     const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });
-    const run: Run = { settings, group, pinning, redis: { url: redis.url, pid: redis.process.pid, store }, results, failures };
+    const run: Run = { settings, group, pinning, redis: { url: redis.url, pid: redis.process.pid, store }, warmed: new Set(), results, failures };
     try {
       await runScenarios(run, group, dir);
     } finally {
@@ -225,9 +232,6 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
 
   const gateway = await startTokengate(group, dir, 'tokengate', tokengateOptions, profileDir);
   const idleBytes = residentBytes(gateway.process.pid);
-  // A fresh process runs its first seconds unoptimized: warm it on the cached-token request so
-  // the first scenario below is not the one that pays for the JIT.
-  await runLoad({ url: gateway.url, connections: settings.connections, durationSeconds: settings.gatewayWarmupSeconds, request: me, expectedStatus: 200 });
 
   // tokengate: the other ways to present a token first, so the cache-hit soak runs on a warm process.
   await attempt('query-token', () =>
@@ -289,7 +293,7 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
       gateway,
       baseline: 'cache-hit',
       amount: settings.missTokens - 1,
-      warmup: false,
+      warmupSeconds: 0,
     });
     if (soak.length >= 2) {
       results.memory = {

@@ -8,8 +8,8 @@ export interface BenchSettings {
   durationSeconds: number;
   /** Seconds of warm-up load before each measurement (BENCH_WARMUP). */
   warmupSeconds: number;
-  /** Seconds of load a freshly started tokengate gets before its first scenario (BENCH_GATEWAY_WARMUP). */
-  gatewayWarmupSeconds: number;
+  /** Seconds of warm-up before a server's first scenario, while its JIT catches up (BENCH_FIRST_WARMUP). */
+  firstWarmupSeconds: number;
   /** Seconds of the cache-hit run that doubles as the memory soak (BENCH_SOAK). */
   soakSeconds: number;
   /** Concurrent connections of the load generator (BENCH_CONNECTIONS). */
@@ -41,7 +41,7 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
   return {
     durationSeconds: number('BENCH_DURATION', 5, 1),
     warmupSeconds: number('BENCH_WARMUP', 1, 0),
-    gatewayWarmupSeconds: number('BENCH_GATEWAY_WARMUP', 3, 1),
+    firstWarmupSeconds: number('BENCH_FIRST_WARMUP', 3, 0),
     soakSeconds: number('BENCH_SOAK', 60, 1),
     connections: Math.round(number('BENCH_CONNECTIONS', 50, 1)),
     missTokens: Math.round(number('BENCH_MISS_TOKENS', 100_000, 1)),
