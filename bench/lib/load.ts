@@ -10,7 +10,7 @@ import { performance } from 'node:perf_hooks';
 export interface LoadOptions {
   url: string;
   connections: number;
-  /** Seconds to run; or `amount` requests, whichever the caller gives. */
+  /** Seconds to run; or `amount` requests, stopping after `durationSeconds` if they take longer. */
   durationSeconds?: number;
   amount?: number;
   /** Requests per second over all connections (autocannon's overallRate). */
@@ -48,7 +48,10 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     requests: [options.request],
   });
   instance.on('response', (_client: unknown, _status: number, _bytes: number, responseTimeMs: number) => latencies.record(responseTimeMs));
+  // autocannon ignores the duration when given an amount: bound the run here.
+  const cap = options.amount !== undefined && options.durationSeconds !== undefined ? setTimeout(() => instance.stop(), options.durationSeconds * 1000) : null;
   const result = await instance;
+  if (cap !== null) clearTimeout(cap);
   const seconds = (performance.now() - started) / 1000;
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([status, { count }]) => [status, count]));
   const requests = Object.values(statuses).reduce((sum, count) => sum + count, 0);

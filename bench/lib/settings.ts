@@ -16,6 +16,8 @@ export interface BenchSettings {
   connections: number;
   /** Distinct valid tokens of the cache-miss run (BENCH_MISS_TOKENS). */
   missTokens: number;
+  /** Longest the cache-miss run may take (BENCH_MISS_MAX_SECONDS); it stops early on a slow machine. */
+  missMaxSeconds: number;
   /** Revocations timed across two sidecars (BENCH_REVOCATIONS). */
   revocations: number;
   /** Requests per second of the added-latency comparison (BENCH_RATE), over BENCH_RATE_CONNECTIONS connections. */
@@ -45,6 +47,7 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
     soakSeconds: number('BENCH_SOAK', 60, 1),
     connections: Math.round(number('BENCH_CONNECTIONS', 50, 1)),
     missTokens: Math.round(number('BENCH_MISS_TOKENS', 100_000, 1)),
+    missMaxSeconds: number('BENCH_MISS_MAX_SECONDS', 30, 1),
     revocations: Math.round(number('BENCH_REVOCATIONS', 50, 1)),
     fixedRate: Math.round(number('BENCH_RATE', 2_000, 1)),
     fixedRateConnections: Math.round(number('BENCH_RATE_CONNECTIONS', 2, 1)),
