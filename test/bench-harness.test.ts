@@ -168,7 +168,7 @@ describe('measurement helpers', () => {
   });
 
   it('reads settings from the environment and refuses nonsense', () => {
-    expect(readSettings({})).toMatchObject({ durationSeconds: 5, soakSeconds: 60, missTokens: 100_000, fixedRate: 2000, only: null, cpuProfileDir: null });
+    expect(readSettings({})).toMatchObject({ durationSeconds: 4, soakSeconds: 60, missTokens: 100_000, fixedRate: 2000, only: null, cpuProfileDir: null });
     expect(readSettings({ BENCH_DURATION: '2', BENCH_ONLY: 'direct, cache-hit' })).toMatchObject({ durationSeconds: 2, only: new Set(['direct', 'cache-hit']) });
     expect(() => readSettings({ BENCH_DURATION: 'fast' })).toThrow('BENCH_DURATION must be a number');
   });

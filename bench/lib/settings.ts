@@ -41,7 +41,7 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
   };
   const only = env.BENCH_ONLY?.split(',').map((id) => id.trim()).filter((id) => id !== '');
   return {
-    durationSeconds: number('BENCH_DURATION', 5, 1),
+    durationSeconds: number('BENCH_DURATION', 4, 1),
     warmupSeconds: number('BENCH_WARMUP', 1, 0),
     firstWarmupSeconds: number('BENCH_FIRST_WARMUP', 3, 0),
     soakSeconds: number('BENCH_SOAK', 60, 1),
