@@ -8,8 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../src/token/token-value.js';
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
-import { percentile, runLoad, type LoadResult } from './lib/load.js';
-import { cacheLookupsBetween, scrapeCounters } from './lib/metrics.js';
+import { percentile, runLoad, runLoadWindow, summarizeLoad, type LoadWindow } from './lib/load.js';
+import { cacheLookupsBetween, scrapeCounters, type CacheLookups } from './lib/metrics.js';
 import { cpuCoreMilliseconds, cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
 import { ProcessGroup, choosePinning, logTail, pinThisProcess, type Pinning } from './lib/processes.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
@@ -59,26 +59,64 @@ interface ScenarioSpec {
   everySecond?: () => void;
 }
 
+/** What one measured window of a scenario took, from every process involved. */
+interface Window {
+  load: LoadWindow;
+  gatewayCpuMs: number;
+  redisCpuMs: number;
+  loadGeneratorCpuMs: number;
+  cacheLookups: CacheLookups | null;
+  serverCpu: ServerCpuUse | null;
+}
+
+/** One scenario, one window: check one answer, warm up, measure. */
 async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
+  return record(run, spec, [await measureWindow(run, spec)]);
+}
+
+/**
+ * Several scenarios in turn, `rounds` times, each pooled over its windows: slow drifts in what
+ * else the machine does are shared out evenly between the servers compared.
+ */
+async function measureInterleaved(run: Run, specs: ScenarioSpec[], rounds: number): Promise<void> {
+  const windows = new Map<ScenarioSpec, Window[]>(specs.map((spec) => [spec, []]));
+  for (let round = 0; round < rounds; round++) {
+    for (const spec of specs) {
+      try {
+        const window = await measureWindow(run, round === 0 ? spec : { ...spec, warmupSeconds: 0 });
+        windows.get(spec)!.push(window);
+        progress(`${spec.title}, window ${round + 1} of ${rounds}: ${Math.round(window.load.requests / window.load.seconds)} req/s`);
+      } catch (error) {
+        windows.delete(spec);
+        specs = specs.filter((other) => other !== spec);
+        run.failures.push(`${spec.id}: ${(error as Error).message}`);
+        progress(`${spec.id} FAILED: ${(error as Error).message}`);
+      }
+    }
+  }
+  for (const [spec, measured] of windows) record(run, spec, measured);
+}
+
+async function measureWindow(run: Run, spec: ScenarioSpec): Promise<Window> {
   const expectedStatus = spec.expectedStatus ?? 200;
-  await expectAnswer(spec.target, spec.request, expectedStatus);
   const load = (durationSeconds: number, amount?: number) =>
-    runLoad({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
+    runLoadWindow({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
   // A fresh Node process runs its first seconds unoptimized: its first scenario warms up longer.
   const fresh = !run.warmed.has(spec.target);
   run.warmed.add(spec.target);
   const warmupSeconds = spec.warmupSeconds ?? (fresh ? run.settings.firstWarmupSeconds : run.settings.warmupSeconds);
+  if (warmupSeconds > 0 || fresh) await expectAnswer(spec.target, spec.request, expectedStatus);
   if (warmupSeconds > 0) await load(warmupSeconds);
 
   const opsUrl = spec.gateway?.opsUrl ?? null;
   const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
   const gatewayPids = spec.gateway?.pids() ?? [];
-  const serverCore = watchServerCore(run);
+  const serverCpu = watchServerCpu(run);
   const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
   const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
-  let result: LoadResult;
+  let measured: LoadWindow;
   try {
-    result = await load(spec.durationSeconds ?? run.settings.durationSeconds, spec.amount);
+    measured = await load(spec.durationSeconds ?? run.settings.durationSeconds, spec.amount);
   } finally {
     if (ticker !== null) clearInterval(ticker);
   }
@@ -87,44 +125,67 @@ async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
     const exited = service?.process.exitStatus() ?? null;
     if (exited !== null) throw new Error(`${service!.process.name} ${exited} during the run:\n${logTail(service!.process.logFile)}`);
   }
-  const serverCoreUse = serverCore?.() ?? null;
-  const gatewayCpuMs = totalCpuMilliseconds(gatewayPids) - before.gateway;
-  const redisCpuMs = cpuMilliseconds(run.redis.pid) - before.redis;
-  const cacheLookups = opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl));
-  const perThousand = (cpuMs: number) => (result.requests === 0 ? Number.NaN : (cpuMs * 1000) / result.requests);
+  return {
+    load: measured,
+    serverCpu: serverCpu?.() ?? null,
+    gatewayCpuMs: totalCpuMilliseconds(gatewayPids) - before.gateway,
+    redisCpuMs: cpuMilliseconds(run.redis.pid) - before.redis,
+    loadGeneratorCpuMs: (self.user + self.system) / 1000,
+    cacheLookups: opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl)),
+  };
+}
+
+/** A scenario's row from its windows, pooled; stored in the results in the order measured. */
+function record(run: Run, spec: ScenarioSpec, windows: Window[]): ScenarioResult {
+  const load = summarizeLoad(windows.map((window) => window.load));
+  const sum = (pick: (window: Window) => number) => windows.reduce((total, window) => total + pick(window), 0);
+  const perThousand = (cpuMs: number) => (load.requests === 0 ? Number.NaN : (cpuMs * 1000) / load.requests);
+  const lookups = windows.map((window) => window.cacheLookups);
+  const serverCpu = windows.every((window) => window.serverCpu !== null) ? windows.map((window) => window.serverCpu!) : null;
+  const serverCapacityMs = serverCpu?.reduce((total, use) => total + use.capacityMs, 0) ?? 0;
   const scenario: ScenarioResult = {
     id: spec.id,
-    title: spec.title,
-    load: result,
-    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(gatewayCpuMs),
-    storeCpuMsPer1k: perThousand(redisCpuMs),
-    cacheLookups,
-    serverCpuElsewherePercent: serverCoreUse?.elsewherePercent ?? null,
-    serverCpuStealPercent: serverCoreUse?.stealPercent ?? null,
+    title: windows.length > 1 ? `${spec.title} (${windows.length} windows)` : spec.title,
+    load,
+    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(sum((window) => window.gatewayCpuMs)),
+    storeCpuMsPer1k: perThousand(sum((window) => window.redisCpuMs)),
+    cacheLookups: lookups.every((each) => each !== null) ? { hits: lookups.reduce((total, each) => total + each!.hits, 0), misses: lookups.reduce((total, each) => total + each!.misses, 0) } : null,
+    serverCpuElsewherePercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.elsewhereMs, 0) / serverCapacityMs) * 100,
+    serverCpuStealPercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.stealMs, 0) / serverCapacityMs) * 100,
     baseline: spec.baseline,
-    loadGeneratorCpuPercent: ((self.user + self.system) / 1000 / (result.seconds * 1000)) * 100,
+    loadGeneratorCpuPercent: (sum((window) => window.loadGeneratorCpuMs) / (load.seconds * 1000)) * 100,
   };
   run.results.scenarios[spec.id] = scenario;
-  progress(`${spec.title}: ${Math.round(result.requestsPerSecond)} req/s, p99 ${result.p99Ms.toFixed(2)} ms, ${result.errors} errors, ${result.unexpected} unexpected statuses`);
+  progress(`${scenario.title}: ${Math.round(load.requestsPerSecond)} req/s, p99 ${load.p99Ms.toFixed(2)} ms, ${load.errors} errors, ${load.unexpected} unexpected statuses`);
   return scenario;
 }
 
+interface ServerCpuUse {
+  /** CPU time of the server CPUs used by processes outside the benchmark, and stolen by the hypervisor. */
+  elsewhereMs: number;
+  stealMs: number;
+  /** Wall time times the number of server CPUs. */
+  capacityMs: number;
+}
+
 /**
- * Starts watching the servers' CPUs (when pinned); the function returned tells, as shares of
- * those CPUs over the time since, what processes outside the benchmark used and what the
- * hypervisor stole. A scenario with much of either measured a busy machine, not the servers.
+ * Starts watching the servers' CPUs (when pinned); the function returned tells what processes
+ * outside the benchmark used of them since, and what the hypervisor stole. A scenario with much
+ * of either measured a busy machine, not the servers.
  */
-function watchServerCore(run: Run): (() => { elsewherePercent: number; stealPercent: number }) | null {
+function watchServerCpu(run: Run): (() => ServerCpuUse) | null {
   if (run.pinning === null) return null;
   const cpus = run.pinning.serverCpuList;
   const pids = run.group.pids();
   const ours = () => pids.reduce((sum, pid) => sum + tryCpuMilliseconds(pid), 0);
   const started = { at: performance.now(), core: cpuCoreMilliseconds(cpus), ours: ours() };
   return () => {
-    const capacityMs = (performance.now() - started.at) * cpus.length;
     const core = cpuCoreMilliseconds(cpus);
-    const elsewhereMs = core.busy - started.core.busy - (ours() - started.ours);
-    return { elsewherePercent: Math.max(0, (elsewhereMs / capacityMs) * 100), stealPercent: ((core.steal - started.core.steal) / capacityMs) * 100 };
+    return {
+      elsewhereMs: Math.max(0, core.busy - started.core.busy - (ours() - started.ours)),
+      stealMs: core.steal - started.core.steal,
+      capacityMs: (performance.now() - started.at) * cpus.length,
+    };
   };
 }
 
@@ -223,21 +284,25 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   const [applicationToken] = await seedAccessTokens(run.redis.store, minter, 1, 'application', ORGANIZER_CLIENT_ID);
   const me = { method: 'GET', path: ROUTES.me, headers: bearer(userToken!) };
 
-  // The limit and the two things a user would run instead.
+  // The limit.
   await attempt('direct', () => measure(run, { id: 'direct', title: 'direct to upstream', target: upstream, request: me, gateway: null, baseline: null }));
-  await attempt('bare-proxy', () => measure(run, { id: 'bare-proxy', title: 'bare @fastify/http-proxy, no auth', target: bare, request: me, gateway: bare, baseline: 'direct' }));
-  if (peer !== null) {
-    await attempt('nginx-peer', () => measure(run, { id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }));
-  }
 
   const gateway = await startTokengate(group, dir, 'tokengate', tokengateOptions, profileDir);
   const idleBytes = residentBytes(gateway.process.pid);
 
-  // tokengate's cache-hit path first: like each baseline, measured as its server's first
-  // scenario, after the same warm-up, for the same time.
-  await attempt('cache-hit', () =>
-    measure(run, { id: 'cache-hit', title: 'tokengate, cached token in header', target: gateway, request: me, gateway, baseline: 'bare-proxy' }),
+  // The headline: tokengate's cache-hit path against the two things a user would run instead,
+  // in turns, each server after the same warm-up for the same windows.
+  const headline: ScenarioSpec[] = [
+    { id: 'bare-proxy', title: 'bare @fastify/http-proxy, no auth', target: bare, request: me, gateway: bare, baseline: 'direct' },
+    ...(peer === null ? [] : [{ id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }]),
+    { id: 'cache-hit', title: 'tokengate, cached token in header', target: gateway, request: me, gateway, baseline: 'bare-proxy' },
+  ];
+  await measureInterleaved(
+    run,
+    headline.filter((spec) => wanted(spec.id)).map((spec) => ({ ...spec, durationSeconds: settings.roundSeconds })),
+    settings.rounds,
   );
+
   await attempt('query-token', () =>
     measure(run, { id: 'query-token', title: 'tokengate, access_token in query', target: gateway, request: { method: 'GET', path: `${ROUTES.me}?access_token=${userToken}` }, gateway, baseline: 'cache-hit' }),
   );

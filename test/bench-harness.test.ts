@@ -3,7 +3,7 @@ import { parseConfig } from '../src/config/load.js';
 import { createTokenMinter, generateTagKey, decodeTagKey } from '../src/token/token-value.js';
 import { functionKey, summarize, sourceKey, type CpuProfile } from '../bench/lib/cpu-profile.js';
 import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
-import { LatencyRecorder, percentile, type LoadResult } from '../bench/lib/load.js';
+import { LatencyRecorder, percentile, summarizeLoad, type LoadResult, type LoadWindow } from '../bench/lib/load.js';
 import { cacheLookupsBetween, parseCounters } from '../bench/lib/metrics.js';
 import { parseCommandStats } from '../bench/lib/redis.js';
 import { bytesPerCachedEntry, evaluateTargets, markdownTable, ratio, scenarioTable, summarizeSoak, type BenchResults, type ScenarioResult } from '../bench/lib/report.js';
@@ -136,6 +136,18 @@ describe('measurement helpers', () => {
     const sorted = recorder.sorted();
     expect(sorted.length).toBe(100_000);
     expect([sorted[0], sorted[99_999]]).toEqual([0.001, 100]);
+  });
+
+  it('pools windows of one scenario: counts and times added, percentiles over every latency', () => {
+    const window = (latencies: number[], statuses: Record<string, number>, seconds: number): LoadWindow => {
+      const recorder = new LatencyRecorder();
+      for (const value of latencies) recorder.record(value);
+      const requests = Object.values(statuses).reduce((sum, count) => sum + count, 0);
+      return { requests, seconds, statuses, errors: 1, unexpected: requests - (statuses['200'] ?? 0), latencies: recorder };
+    };
+    const pooled = summarizeLoad([window([1, 2, 3], { '200': 3 }, 1), window([10, 20], { '200': 1, '503': 1 }, 2)]);
+    expect(pooled).toMatchObject({ requests: 5, seconds: 3, statuses: { '200': 4, '503': 1 }, errors: 2, unexpected: 1, p50Ms: 3, p99Ms: 20 });
+    expect(pooled.requestsPerSecond).toBeCloseTo(5 / 3);
   });
 
   it('sums Redis command calls except INFO itself', () => {

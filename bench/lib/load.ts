@@ -34,7 +34,17 @@ export interface LoadResult {
   unexpected: number;
 }
 
-export async function runLoad(options: LoadOptions): Promise<LoadResult> {
+/** One autocannon run, its latencies kept so that several runs of a scenario can be pooled. */
+export interface LoadWindow {
+  requests: number;
+  seconds: number;
+  statuses: Record<string, number>;
+  errors: number;
+  unexpected: number;
+  latencies: LatencyRecorder;
+}
+
+export async function runLoadWindow(options: LoadOptions): Promise<LoadWindow> {
   const latencies = new LatencyRecorder();
   const started = performance.now();
   const instance = autocannon({
@@ -52,10 +62,26 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
   const cap = options.amount !== undefined && options.durationSeconds !== undefined ? setTimeout(() => instance.stop(), options.durationSeconds * 1000) : null;
   const result = await instance;
   if (cap !== null) clearTimeout(cap);
-  const seconds = (performance.now() - started) / 1000;
   const statuses = Object.fromEntries(Object.entries(result.statusCodeStats).map(([status, { count }]) => [status, count]));
   const requests = Object.values(statuses).reduce((sum, count) => sum + count, 0);
-  const sorted = latencies.sorted();
+  return {
+    requests,
+    seconds: (performance.now() - started) / 1000,
+    statuses,
+    errors: result.errors,
+    unexpected: requests - (statuses[String(options.expectedStatus)] ?? 0),
+    latencies,
+  };
+}
+
+/** Several windows of one scenario as one measurement: counts and times added, latencies pooled. */
+export function summarizeLoad(windows: readonly LoadWindow[]): LoadResult {
+  const sum = (pick: (window: LoadWindow) => number) => windows.reduce((total, window) => total + pick(window), 0);
+  const statuses: Record<string, number> = {};
+  for (const window of windows) for (const [status, count] of Object.entries(window.statuses)) statuses[status] = (statuses[status] ?? 0) + count;
+  const sorted = LatencyRecorder.pooled(windows.map((window) => window.latencies));
+  const requests = sum((window) => window.requests);
+  const seconds = sum((window) => window.seconds);
   return {
     requests,
     seconds,
@@ -63,9 +89,13 @@ export async function runLoad(options: LoadOptions): Promise<LoadResult> {
     p50Ms: percentile(sorted, 50),
     p99Ms: percentile(sorted, 99),
     statuses,
-    errors: result.errors,
-    unexpected: requests - (statuses[String(options.expectedStatus)] ?? 0),
+    errors: sum((window) => window.errors),
+    unexpected: sum((window) => window.unexpected),
   };
+}
+
+export async function runLoad(options: LoadOptions): Promise<LoadResult> {
+  return summarizeLoad([await runLoadWindow(options)]);
 }
 
 /** Nearest-rank percentile of ascending values; NaN when there are none. */
@@ -91,5 +121,16 @@ export class LatencyRecorder {
 
   sorted(): Float64Array {
     return this.values.slice(0, this.length).sort();
+  }
+
+  /** Every value of several recorders, ascending. */
+  static pooled(recorders: readonly LatencyRecorder[]): Float64Array {
+    const all = new Float64Array(recorders.reduce((total, recorder) => total + recorder.length, 0));
+    let offset = 0;
+    for (const recorder of recorders) {
+      all.set(recorder.values.subarray(0, recorder.length), offset);
+      offset += recorder.length;
+    }
+    return all.sort();
   }
 }

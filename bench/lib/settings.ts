@@ -8,6 +8,10 @@ export interface BenchSettings {
   durationSeconds: number;
   /** Seconds of warm-up load before each measurement (BENCH_WARMUP). */
   warmupSeconds: number;
+  /** Turns of the headline comparison (bare proxy, nginx, tokengate cache hit) (BENCH_ROUNDS). */
+  rounds: number;
+  /** Seconds each server is measured per turn (BENCH_ROUND_SECONDS). */
+  roundSeconds: number;
   /** Seconds of warm-up before a server's first scenario, while its JIT catches up (BENCH_FIRST_WARMUP). */
   firstWarmupSeconds: number;
   /** Seconds of the cache-hit run that doubles as the memory soak (BENCH_SOAK). */
@@ -44,6 +48,8 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
     durationSeconds: number('BENCH_DURATION', 4, 1),
     warmupSeconds: number('BENCH_WARMUP', 1, 0),
     firstWarmupSeconds: number('BENCH_FIRST_WARMUP', 3, 0),
+    rounds: Math.round(number('BENCH_ROUNDS', 2, 1)),
+    roundSeconds: number('BENCH_ROUND_SECONDS', 3, 1),
     soakSeconds: number('BENCH_SOAK', 60, 1),
     connections: Math.round(number('BENCH_CONNECTIONS', 50, 1)),
     missTokens: Math.round(number('BENCH_MISS_TOKENS', 100_000, 1)),
