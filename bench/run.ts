@@ -1,19 +1,20 @@
-import type { AutocannonRequest } from 'autocannon';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../src/token/token-value.js';
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
-import { percentile, runLoad, runLoadWindow, summarizeLoad, type LoadWindow } from './lib/load.js';
-import { cacheLookupsBetween, scrapeCounters, type CacheLookups } from './lib/metrics.js';
-import { cpuCoreMilliseconds, cpuMilliseconds, residentBytes, totalCpuMilliseconds } from './lib/proc.js';
-import { ProcessGroup, choosePinning, logTail, pinThisProcess, type Pinning } from './lib/processes.js';
+import { percentile, runLoad } from './lib/load.js';
+import { describeMachine, type Machine } from './lib/machine.js';
+import { expectAnswer, measure, measureInterleaved, type Run, type ScenarioSpec } from './lib/measure.js';
+import { scrapeCounters } from './lib/metrics.js';
+import { residentBytes } from './lib/proc.js';
+import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
+import { elapsedSeconds, progress } from './lib/progress.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
-import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult, type ScenarioResult } from './lib/report.js';
+import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult } from './lib/report.js';
 import { readSettings, type BenchSettings } from './lib/settings.js';
 import { nginxVersion, startBareProxy, startNginxPeer, startTokengate, startUpstream, type Service, type TokengateService } from './lib/services.js';
 import { ROUTES } from './lib/tokengate-config.js';
@@ -28,187 +29,6 @@ import { ROUTES } from './lib/tokengate-config.js';
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const KEY_PREFIX = 'bench:';
 const ORGANIZER_CLIENT_ID = 'bench-organizer';
-const runStarted = performance.now();
-
-interface Run {
-  settings: BenchSettings;
-  group: ProcessGroup;
-  pinning: Pinning | null;
-  redis: { url: string; pid: number; store: RedisStore };
-  /** Servers that have had their first, longer warm-up. */
-  warmed: Set<Service>;
-  results: BenchResults;
-  failures: string[];
-}
-
-/** How one throughput scenario is driven and accounted. */
-interface ScenarioSpec {
-  id: string;
-  title: string;
-  target: Service;
-  request: AutocannonRequest;
-  expectedStatus?: number;
-  /** Whose CPU counts as the gateway's; null for the direct run. */
-  gateway: Service | null;
-  baseline: string | null;
-  durationSeconds?: number;
-  amount?: number;
-  /** Seconds of unmeasured load first: BENCH_WARMUP (BENCH_FIRST_WARMUP on a fresh server) by default, 0 for none. */
-  warmupSeconds?: number;
-  /** Called every second while the measured run lasts (memory soak). */
-  everySecond?: () => void;
-}
-
-/** What one measured window of a scenario took, from every process involved. */
-interface Window {
-  load: LoadWindow;
-  gatewayCpuMs: number;
-  redisCpuMs: number;
-  loadGeneratorCpuMs: number;
-  cacheLookups: CacheLookups | null;
-  serverCpu: ServerCpuUse | null;
-}
-
-/** One scenario, one window: check one answer, warm up, measure. */
-async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
-  return record(run, spec, [await measureWindow(run, spec)]);
-}
-
-/**
- * Several scenarios in turn, `rounds` times, each pooled over its windows: slow drifts in what
- * else the machine does are shared out evenly between the servers compared.
- */
-async function measureInterleaved(run: Run, specs: ScenarioSpec[], rounds: number): Promise<void> {
-  const windows = new Map<ScenarioSpec, Window[]>(specs.map((spec) => [spec, []]));
-  for (let round = 0; round < rounds; round++) {
-    for (const spec of specs) {
-      try {
-        const window = await measureWindow(run, round === 0 ? spec : { ...spec, warmupSeconds: 0 });
-        windows.get(spec)!.push(window);
-        progress(`${spec.title}, window ${round + 1} of ${rounds}: ${Math.round(window.load.requests / window.load.seconds)} req/s`);
-      } catch (error) {
-        windows.delete(spec);
-        specs = specs.filter((other) => other !== spec);
-        run.failures.push(`${spec.id}: ${(error as Error).message}`);
-        progress(`${spec.id} FAILED: ${(error as Error).message}`);
-      }
-    }
-  }
-  for (const [spec, measured] of windows) record(run, spec, measured);
-}
-
-async function measureWindow(run: Run, spec: ScenarioSpec): Promise<Window> {
-  const expectedStatus = spec.expectedStatus ?? 200;
-  const load = (durationSeconds: number, amount?: number) =>
-    runLoadWindow({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
-  // A fresh Node process runs its first seconds unoptimized: its first scenario warms up longer.
-  const fresh = !run.warmed.has(spec.target);
-  run.warmed.add(spec.target);
-  const warmupSeconds = spec.warmupSeconds ?? (fresh ? run.settings.firstWarmupSeconds : run.settings.warmupSeconds);
-  if (warmupSeconds > 0 || fresh) await expectAnswer(spec.target, spec.request, expectedStatus);
-  if (warmupSeconds > 0) await load(warmupSeconds);
-
-  const opsUrl = spec.gateway?.opsUrl ?? null;
-  const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
-  const gatewayPids = spec.gateway?.pids() ?? [];
-  const serverCpu = watchServerCpu(run);
-  const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
-  const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
-  let measured: LoadWindow;
-  try {
-    measured = await load(spec.durationSeconds ?? run.settings.durationSeconds, spec.amount);
-  } finally {
-    if (ticker !== null) clearInterval(ticker);
-  }
-  const self = process.cpuUsage(before.self);
-  for (const service of [spec.target, spec.gateway]) {
-    const exited = service?.process.exitStatus() ?? null;
-    if (exited !== null) throw new Error(`${service!.process.name} ${exited} during the run:\n${logTail(service!.process.logFile)}`);
-  }
-  return {
-    load: measured,
-    serverCpu: serverCpu?.() ?? null,
-    gatewayCpuMs: totalCpuMilliseconds(gatewayPids) - before.gateway,
-    redisCpuMs: cpuMilliseconds(run.redis.pid) - before.redis,
-    loadGeneratorCpuMs: (self.user + self.system) / 1000,
-    cacheLookups: opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl)),
-  };
-}
-
-/** A scenario's row from its windows, pooled; stored in the results in the order measured. */
-function record(run: Run, spec: ScenarioSpec, windows: Window[]): ScenarioResult {
-  const load = summarizeLoad(windows.map((window) => window.load));
-  const sum = (pick: (window: Window) => number) => windows.reduce((total, window) => total + pick(window), 0);
-  const perThousand = (cpuMs: number) => (load.requests === 0 ? Number.NaN : (cpuMs * 1000) / load.requests);
-  const lookups = windows.map((window) => window.cacheLookups);
-  const serverCpu = windows.every((window) => window.serverCpu !== null) ? windows.map((window) => window.serverCpu!) : null;
-  const serverCapacityMs = serverCpu?.reduce((total, use) => total + use.capacityMs, 0) ?? 0;
-  const scenario: ScenarioResult = {
-    id: spec.id,
-    title: windows.length > 1 ? `${spec.title} (${windows.length} windows)` : spec.title,
-    load,
-    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(sum((window) => window.gatewayCpuMs)),
-    storeCpuMsPer1k: perThousand(sum((window) => window.redisCpuMs)),
-    cacheLookups: lookups.every((each) => each !== null) ? { hits: lookups.reduce((total, each) => total + each!.hits, 0), misses: lookups.reduce((total, each) => total + each!.misses, 0) } : null,
-    serverCpuElsewherePercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.elsewhereMs, 0) / serverCapacityMs) * 100,
-    serverCpuStealPercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.stealMs, 0) / serverCapacityMs) * 100,
-    baseline: spec.baseline,
-    loadGeneratorCpuPercent: (sum((window) => window.loadGeneratorCpuMs) / (load.seconds * 1000)) * 100,
-  };
-  run.results.scenarios[spec.id] = scenario;
-  progress(`${scenario.title}: ${Math.round(load.requestsPerSecond)} req/s, p99 ${load.p99Ms.toFixed(2)} ms, ${load.errors} errors, ${load.unexpected} unexpected statuses`);
-  return scenario;
-}
-
-interface ServerCpuUse {
-  /** CPU time of the server CPUs used by processes outside the benchmark, and stolen by the hypervisor. */
-  elsewhereMs: number;
-  stealMs: number;
-  /** Wall time times the number of server CPUs. */
-  capacityMs: number;
-}
-
-/**
- * Starts watching the servers' CPUs (when pinned); the function returned tells what processes
- * outside the benchmark used of them since, and what the hypervisor stole. A scenario with much
- * of either measured a busy machine, not the servers.
- */
-function watchServerCpu(run: Run): (() => ServerCpuUse) | null {
-  if (run.pinning === null) return null;
-  const cpus = run.pinning.serverCpuList;
-  const pids = run.group.pids();
-  const ours = () => pids.reduce((sum, pid) => sum + tryCpuMilliseconds(pid), 0);
-  const started = { at: performance.now(), core: cpuCoreMilliseconds(cpus), ours: ours() };
-  return () => {
-    const core = cpuCoreMilliseconds(cpus);
-    return {
-      elsewhereMs: Math.max(0, core.busy - started.core.busy - (ours() - started.ours)),
-      stealMs: core.steal - started.core.steal,
-      capacityMs: (performance.now() - started.at) * cpus.length,
-    };
-  };
-}
-
-/** A process that ended meanwhile counts as nothing more. */
-function tryCpuMilliseconds(pid: number): number {
-  try {
-    return cpuMilliseconds(pid);
-  } catch {
-    return 0;
-  }
-}
-
-/** One request before the load: a scenario that would measure error pages fails here, with the answer shown. */
-async function expectAnswer(target: Service, request: AutocannonRequest, status: number): Promise<void> {
-  const concrete = request.setupRequest === undefined ? request : request.setupRequest({ ...request }, {});
-  const response = await fetch(`${target.url}${concrete.path ?? '/'}`, {
-    method: concrete.method ?? 'GET',
-    ...(concrete.headers !== undefined ? { headers: concrete.headers } : {}),
-    ...(concrete.body !== undefined ? { body: concrete.body } : {}),
-  });
-  const body = await response.text();
-  if (response.status !== status) throw new Error(`${concrete.method ?? 'GET'} ${concrete.path} answered ${response.status} (expected ${status}): ${body.slice(0, 300)}`);
-}
 
 /** V8 heap figures from tokengate's default process metrics, when it exports them. */
 function heapOf(counters: Map<string, number>): MemoryResult['filledHeap'] {
@@ -248,7 +68,7 @@ async function main(): Promise<number> {
   } finally {
     await group.stopAll();
   }
-  return report(results, failures, machine, settings, (performance.now() - runStarted) / 1000);
+  return report(results, failures, machine, settings, elapsedSeconds());
 }
 
 async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise<void> {
@@ -467,38 +287,6 @@ async function createApplication(gateway: TokengateService, name: string): Promi
 
 const basic = (client: ClientCredentials) => `Basic ${Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.secret)}`).toString('base64')}`;
 
-interface Machine {
-  cpus: number;
-  cpuModel: string;
-  node: string;
-  nginx: string | null;
-  redis: string;
-  commit: string;
-  pinning: string;
-  loadAverageAtStart: string[];
-}
-
-function describeMachine(pinning: string): Machine {
-  const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
-  const run = (file: string, args: string[]) => {
-    try {
-      return execFileSync(file, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
-    } catch {
-      return 'unknown';
-    }
-  };
-  return {
-    cpus: cpus().length,
-    cpuModel: /^model name\s*:\s*(.+)$/m.exec(cpuinfo)?.[1] ?? 'unknown CPU',
-    node: process.version,
-    nginx: nginxVersion(),
-    redis: /v=(\S+)/.exec(run('redis-server', ['--version']))?.[1] ?? 'unknown',
-    commit: run('git', ['rev-parse', '--short', 'HEAD']),
-    pinning,
-    loadAverageAtStart: loadavg().map((value) => value.toFixed(2)),
-  };
-}
-
 function report(results: BenchResults, failures: string[], machine: Machine, settings: BenchSettings, seconds: number): number {
   const checks = evaluateTargets(results);
   const date = new Date().toISOString();
@@ -520,10 +308,6 @@ function report(results: BenchResults, failures: string[], machine: Machine, set
   writeFileSync(join(resultsDir, 'latest.md'), text);
   process.stdout.write(`\nwrote bench/results/latest.json and latest.md\n`);
   return failures.length === 0 ? 0 : 1;
-}
-
-function progress(message: string): void {
-  process.stderr.write(`[bench ${((performance.now() - runStarted) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
 }
 
 main().then(
