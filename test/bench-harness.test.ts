@@ -95,10 +95,11 @@ describe('target evaluation', () => {
     expect(flatness(sawtooth).met).toBe(true);
     // the same with a floor that rises after every collection
     expect(flatness(sawtooth.map((value, second) => value + second)).met).toBe(false);
-    // a climb without any collection
+    // a climb without any collection: no verdict; a flat line without one: flat
     const climb = flatness(Array.from({ length: 60 }, (_, second) => 130 + second));
     expect(climb.met).toBeNull();
     expect(climb.measured).toContain('no full collection');
+    expect(flatness(Array.from({ length: 60 }, (_, second) => 128 + (second % 2))).met).toBe(true);
   });
 
   it('takes ratios against the named baseline and derives memory figures', () => {
