@@ -14,7 +14,7 @@ import { residentBytes } from './lib/proc.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
 import { elapsedSeconds, progress } from './lib/progress.js';
 import { commandsExecuted, startRedis } from './lib/redis.js';
-import { evaluateTargets, otherTable, scenarioTable, type BenchResults, type MemoryResult, type RevocationResult } from './lib/report.js';
+import { evaluateTargets, renderRun, type BenchResults, type MemoryResult, type RecordedRun, type RevocationResult } from './lib/report.js';
 import { readSettings, type BenchSettings } from './lib/settings.js';
 import { nginxVersion, startBareProxy, startNginxPeer, startTokengate, startUpstream, type Service, type TokengateService } from './lib/services.js';
 import { ROUTES } from './lib/tokengate-config.js';
@@ -288,23 +288,22 @@ async function createApplication(gateway: TokengateService, name: string): Promi
 const basic = (client: ClientCredentials) => `Basic ${Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.secret)}`).toString('base64')}`;
 
 function report(results: BenchResults, failures: string[], machine: Machine, settings: BenchSettings, seconds: number): number {
-  const checks = evaluateTargets(results);
-  const date = new Date().toISOString();
-  const loadAtEnd = loadavg().map((value) => value.toFixed(2));
-  const heading =
-    `${date}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
-    `${machine.pinning}; ${settings.connections} connections;${settings.gatewayNodeFlags.length > 0 ? ` tokengate node flags: ${settings.gatewayNodeFlags.join(' ')};` : ''} load average ${machine.loadAverageAtStart.join(' ')} at start, ${loadAtEnd.join(' ')} at end; run took ${seconds.toFixed(0)} s`;
-  const text = `${heading}\n\n${scenarioTable(results, checks)}\n\n${otherTable(results, checks)}\n`;
+  const { only, ...recordedSettings } = settings;
+  const run: RecordedRun = {
+    date: new Date().toISOString(),
+    machine: { ...machine, loadAverageAtEnd: loadavg().map((value) => value.toFixed(2)) },
+    settings: { ...recordedSettings, only: only === null ? null : [...only] },
+    seconds,
+    results,
+    targets: evaluateTargets(results),
+    failures,
+  };
+  const text = renderRun(run);
   process.stdout.write(`\n${text}`);
   if (failures.length > 0) process.stdout.write(`\nFailed:\n${failures.map((failure) => `  - ${failure}`).join('\n')}\n`);
-
   const resultsDir = join(ROOT, 'bench', 'results');
   mkdirSync(resultsDir, { recursive: true });
-  const { only, ...recordedSettings } = settings;
-  writeFileSync(
-    join(resultsDir, 'latest.json'),
-    `${JSON.stringify({ date, machine: { ...machine, loadAverageAtEnd: loadAtEnd }, settings: { ...recordedSettings, only: only === null ? null : [...only] }, seconds, results, targets: checks, failures }, null, 2)}\n`,
-  );
+  writeFileSync(join(resultsDir, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
   writeFileSync(join(resultsDir, 'latest.md'), text);
   process.stdout.write(`\nwrote bench/results/latest.json and latest.md\n`);
   return failures.length === 0 ? 0 : 1;

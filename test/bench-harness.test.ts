@@ -6,7 +6,7 @@ import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
 import { LatencyRecorder, percentile, summarizeLoad, type LoadResult, type LoadWindow } from '../bench/lib/load.js';
 import { cacheLookupsBetween, parseCounters } from '../bench/lib/metrics.js';
 import { parseCommandStats } from '../bench/lib/redis.js';
-import { bytesPerCachedEntry, evaluateTargets, markdownTable, ratio, scenarioTable, summarizeSoak, type BenchResults, type ScenarioResult } from '../bench/lib/report.js';
+import { bytesPerCachedEntry, evaluateTargets, markdownTable, ratio, renderRun, scenarioTable, summarizeSoak, type BenchResults, type ScenarioResult } from '../bench/lib/report.js';
 import { readSettings } from '../bench/lib/settings.js';
 import { ROUTES, tokengateConfigYaml } from '../bench/lib/tokengate-config.js';
 import { nginxConf } from '../bench/peer/nginx-conf.js';
@@ -124,8 +124,17 @@ describe('tables', () => {
     const table = scenarioTable(results, evaluateTargets(results));
     const hitRow = table.split('\n').find((line) => line.startsWith('| cache-hit '))!;
     expect(hitRow).toContain('1.13x bare-proxy');
-    expect(hitRow).toContain('met (cache hit >= 1.0x bare @fastify/http-proxy: 1.13x)');
-    expect(hitRow).toContain('NOT MET (cache hit >= 1.0x nginx auth_request: 0.90x)');
+    expect(hitRow).toContain('met: >= 1.0x bare proxy; NOT MET: >= 1.0x nginx; NOT MET: CPU/request < nginx + check');
+  });
+
+  it('prints a recorded run again: where it ran, then the scenario, measurement and target tables', () => {
+    const results = fullResults();
+    const machine = { cpus: 2, cpuModel: 'Test CPU', node: 'v20', nginx: '1.22.1', redis: '7.0', commit: 'abc1234', pinning: 'not pinned', loadAverageAtStart: ['0.10'], loadAverageAtEnd: ['0.20'] };
+    const text = renderRun({ date: '2026-01-01T00:00:00.000Z', machine, settings: { connections: 50, gatewayNodeFlags: [] }, seconds: 150, results, targets: [], failures: [] });
+    expect(text.split('\n')[0]).toBe('2026-01-01T00:00:00.000Z, Test CPU, 2 CPUs, Node v20, nginx 1.22.1, Redis 7.0, commit abc1234');
+    expect(text).toContain('| scenario ');
+    expect(text).toContain('| revocation seen by a second sidecar |');
+    expect(text).toMatch(/\| client_credentials issuance >= 5,000 tokens\/s +\| 4000 tokens\/s +\| NOT MET +\|/);
   });
 });
 

@@ -1,4 +1,5 @@
 import type { LoadResult } from './load.js';
+import type { Machine } from './machine.js';
 import type { CacheLookups } from './metrics.js';
 
 /**
@@ -66,6 +67,8 @@ export interface TargetCheck {
   /** The scenario row the verdict is printed beside. */
   scenario: string;
   target: string;
+  /** A few words for the cell beside the scenario's figures. */
+  label: string;
   measured: string;
   /** null: the run did not measure it (a scenario skipped or failed). */
   met: boolean | null;
@@ -130,26 +133,28 @@ const SOAK_TOLERANCE = 0.05;
 /** The performance targets of DESIGN.md, each judged on this run's figures. */
 export function evaluateTargets(results: BenchResults): TargetCheck[] {
   const checks: TargetCheck[] = [];
-  const atLeast = (scenario: string, target: string, value: number | null, minimum: number) =>
-    checks.push({ scenario, target, measured: value === null ? 'not measured' : `${value.toFixed(2)}x`, met: value === null ? null : value >= minimum });
+  const atLeast = (scenario: string, target: string, label: string, value: number | null, minimum: number) =>
+    checks.push({ scenario, target, label, measured: value === null ? 'not measured' : `${value.toFixed(2)}x`, met: value === null ? null : value >= minimum });
 
-  atLeast('cache-hit', 'cache hit >= 1.0x bare @fastify/http-proxy', ratio(results, 'cache-hit', 'bare-proxy'), 1.0);
-  atLeast('cache-hit', 'cache hit >= 1.0x nginx auth_request', ratio(results, 'cache-hit', 'nginx-peer'), 1.0);
+  atLeast('cache-hit', 'cache hit >= 1.0x bare @fastify/http-proxy', '>= 1.0x bare proxy', ratio(results, 'cache-hit', 'bare-proxy'), 1.0);
+  atLeast('cache-hit', 'cache hit >= 1.0x nginx auth_request', '>= 1.0x nginx', ratio(results, 'cache-hit', 'nginx-peer'), 1.0);
 
   const hitCpu = results.scenarios['cache-hit']?.gatewayCpuMsPer1k ?? null;
   const peerCpu = results.scenarios['nginx-peer']?.gatewayCpuMsPer1k ?? null;
   checks.push({
     scenario: 'cache-hit',
     target: 'gateway CPU per request below nginx + check service',
+    label: 'CPU/request < nginx + check',
     measured: hitCpu === null || peerCpu === null ? 'not measured' : `${hitCpu.toFixed(0)} vs ${peerCpu.toFixed(0)} ms/1k`,
     met: hitCpu === null || peerCpu === null ? null : hitCpu < peerCpu,
   });
 
-  atLeast('cache-miss', 'cache miss (100k tokens) >= 0.7x cache hit', ratio(results, 'cache-miss', 'cache-hit'), 0.7);
+  atLeast('cache-miss', 'cache miss (100k tokens) >= 0.7x cache hit', '>= 0.7x cache hit', ratio(results, 'cache-miss', 'cache-hit'), 0.7);
 
   checks.push({
     scenario: 'forged',
     target: 'forged tokens: 0 store calls',
+    label: '0 store calls',
     measured: results.forgedStoreCommands === null ? 'not measured' : `${results.forgedStoreCommands} Redis commands`,
     met: results.forgedStoreCommands === null ? null : results.forgedStoreCommands === 0,
   });
@@ -159,6 +164,7 @@ export function evaluateTargets(results: BenchResults): TargetCheck[] {
   checks.push({
     scenario: 'fixed-rate',
     target: `added p99 over direct at ${fixed?.rate ?? 2000} req/s <= 1 ms`,
+    label: 'added p99 <= 1 ms',
     measured: addedP99 === null ? 'not measured' : `${addedP99.toFixed(2)} ms`,
     met: addedP99 === null ? null : addedP99 <= 1,
   });
@@ -167,6 +173,7 @@ export function evaluateTargets(results: BenchResults): TargetCheck[] {
   checks.push({
     scenario: 'revocation',
     target: 'revocation seen by a second sidecar <= 50 ms p99',
+    label: 'p99 <= 50 ms',
     measured: revocation === null ? 'not measured' : `${revocation.p99Ms.toFixed(1)} ms p99`,
     met: revocation === null ? null : revocation.p99Ms <= 50,
   });
@@ -175,6 +182,7 @@ export function evaluateTargets(results: BenchResults): TargetCheck[] {
   checks.push({
     scenario: 'issuance',
     target: 'client_credentials issuance >= 5,000 tokens/s',
+    label: '>= 5,000 tokens/s',
     measured: issuance === null ? 'not measured' : `${Math.round(issuance)} tokens/s`,
     met: issuance === null ? null : issuance >= 5000,
   });
@@ -183,6 +191,7 @@ export function evaluateTargets(results: BenchResults): TargetCheck[] {
   checks.push({
     scenario: 'memory',
     target: 'RSS <= 150 MB with 100k cached tokens',
+    label: 'RSS <= 150 MB with 100k cached',
     measured: memory === null ? 'not measured' : `${(memory.filledBytes / MB).toFixed(0)} MB with ${memory.cachedEntries} cached`,
     // Fewer entries than the target names (a shortened run) cannot tell.
     met: memory === null || memory.cachedEntries < 100_000 ? null : memory.filledBytes <= 150 * MB,
@@ -191,6 +200,7 @@ export function evaluateTargets(results: BenchResults): TargetCheck[] {
   checks.push({
     scenario: 'memory',
     target: `RSS flat (within 5%) over ${memory?.soak.seconds ?? 60} s at full load`,
+    label: 'RSS flat within 5%',
     measured:
       soak === null
         ? 'not measured'
@@ -225,7 +235,7 @@ export function scenarioTable(results: BenchResults, checks: TargetCheck[]): str
   const rows = Object.values(results.scenarios).map((scenario) => {
     const { load } = scenario;
     const vs = scenario.baseline === null ? '-' : `${fixed(ratio(results, scenario.id, scenario.baseline), 2)}x ${scenario.baseline}`;
-    const targets = checks.filter((check) => check.scenario === scenario.id).map((check) => `${verdict(check)} (${check.target}: ${check.measured})`);
+    const targets = checks.filter((check) => check.scenario === scenario.id).map((check) => `${verdict(check)}: ${check.label}`);
     return [
       scenario.title,
       Math.round(load.requestsPerSecond).toString(),
@@ -246,7 +256,7 @@ export function scenarioTable(results: BenchResults, checks: TargetCheck[]): str
 
 export function otherTable(results: BenchResults, checks: TargetCheck[]): string {
   const rows: string[][] = [];
-  const targetsOf = (scenario: string) => checks.filter((check) => check.scenario === scenario).map((check) => `${verdict(check)} (${check.target})`).join('; ');
+  const targetsOf = (scenario: string) => checks.filter((check) => check.scenario === scenario).map((check) => `${verdict(check)}: ${check.label}`).join('; ');
   const { fixedRate, revocation, memory } = results;
   if (fixedRate !== null) {
     const { direct, tokengate, rate } = fixedRate;
@@ -277,4 +287,34 @@ export function otherTable(results: BenchResults, checks: TargetCheck[]): string
     ]);
   }
   return markdownTable(['measurement', 'result', 'DESIGN.md target'], rows);
+}
+
+export function targetsTable(checks: TargetCheck[]): string {
+  return markdownTable(
+    ['DESIGN.md target', 'measured', 'verdict'],
+    checks.map((check) => [check.target, check.measured, verdict(check)]),
+  );
+}
+
+/** What a run writes to bench/results/<name>.json: enough to print its tables again. */
+export interface RecordedRun {
+  date: string;
+  machine: Machine & { loadAverageAtEnd: string[] };
+  settings: { connections: number; gatewayNodeFlags: string[] } & Record<string, unknown>;
+  seconds: number;
+  results: BenchResults;
+  targets: TargetCheck[];
+  failures: string[];
+}
+
+/** The report of a run: where and how it ran, then every table. */
+export function renderRun(run: RecordedRun): string {
+  const { machine, settings } = run;
+  const flags = settings.gatewayNodeFlags.length > 0 ? ` tokengate node flags: ${settings.gatewayNodeFlags.join(' ')};` : '';
+  const heading =
+    `${run.date}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
+    `${machine.pinning}; ${settings.connections} connections;${flags} load average ${machine.loadAverageAtStart.join(' ')} at start, ` +
+    `${machine.loadAverageAtEnd.join(' ')} at end; run took ${run.seconds.toFixed(0)} s`;
+  const checks = evaluateTargets(run.results);
+  return `${heading}\n\n${scenarioTable(run.results, checks)}\n\n${otherTable(run.results, checks)}\n\n${targetsTable(checks)}\n`;
 }
