@@ -41,7 +41,7 @@ export function startBareProxy(group: ProcessGroup, upstreamUrl: string, profile
 
 export function nginxVersion(): string | null {
   const result = spawnSync('nginx', ['-v'], { encoding: 'utf8' });
-  return result.status === 0 ? result.stderr.trim().replace(/^nginx version: /, '') : null;
+  return result.status === 0 ? result.stderr.trim().replace(/^nginx version: nginx\//, '') : null;
 }
 
 /** nginx (one worker) + the token-check service, both reading the run's Redis. */
