@@ -1,4 +1,4 @@
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /**
  * Token values: 32 bytes encoded as 43 characters of base64url, the same shape as the
@@ -45,9 +45,12 @@ export function hasTokenShape(value: string): boolean {
   return value.length === TOKEN_LENGTH && BASE64URL_43.test(value);
 }
 
-/** Store keys hold this digest, never the token value itself. */
+/**
+ * Store keys hold this digest, never the token value itself. `crypto.hash` (one call, no Hash
+ * object) because this runs on every gateway request, before the cache lookup.
+ */
 export function tokenDigest(value: string): string {
-  return createHash('sha256').update(value).digest('base64url');
+  return hash('sha256', value, 'base64url');
 }
 
 /** A new random tag key, base64url encoded (used when the config gives none). */
