@@ -1,7 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { openSync, readFileSync, closeSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { childPids } from './proc.js';
@@ -129,14 +129,4 @@ export function logTail(file: string, lines = 20): string {
   }
 }
 
-/** A port that was free a moment ago (the OS picks it; the caller binds it right away). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
-}
+export { freePort } from '../../test/support/ports.js';
