@@ -129,7 +129,6 @@ function renderError(error: Error & { statusCode?: number; code?: string }, requ
   else if (error instanceof StoreUnavailableError) {
     request.log.warn({ err: error.message }, 'token store unavailable');
     failure = new TokengateError('STORE_UNAVAILABLE');
-    reply.header('retry-after', '1');
   } else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
   else if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') failure = new TokengateError('UNSUPPORTED_MEDIA_TYPE');
   else if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {

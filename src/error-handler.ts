@@ -2,12 +2,9 @@ import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticateChallenge, isTokengateError, TokengateError } from './errors.js';
 import { StoreUnavailableError } from './store/store.js';
 
-/** Seconds a client should wait before retrying while the store is unreachable. */
-const STORE_RETRY_AFTER_SECONDS = 1;
-
 /**
  * The error handler of the issuer and the admin API: it adds the headers the RFCs require around
- * the body (the challenge of a 401, Retry-After of a 503) and turns a store outage into a 503,
+ * the body (the challenge of a 401) and turns a store outage into a 503 (Retry-After comes with it),
  * never a 500 or a 401, then hands the error to the root renderer, which writes the one error
  * body format.
  */
@@ -17,7 +14,6 @@ export function challengingErrorHandler(realm: string) {
     if (isTokengateError(failure)) {
       const challenge = authenticateChallenge(failure, realm);
       if (challenge !== undefined) reply.header('www-authenticate', challenge);
-      if (failure.code === 'STORE_UNAVAILABLE') reply.header('retry-after', String(STORE_RETRY_AFTER_SECONDS));
     }
     throw failure;
   };

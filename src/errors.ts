@@ -35,14 +35,15 @@ export const ERRORS = {
   NOT_FOUND: { status: 404, error: 'not_found', description: 'No route matches this path.' },
   METHOD_NOT_ALLOWED: { status: 405, error: 'method_not_allowed', description: 'This route does not accept this method.' },
   TOO_MANY_REQUESTS: { status: 429, error: 'too_many_requests', description: 'Too many attempts; try again later.' },
-  STORE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'The token store is unreachable; try again shortly.' },
+  // Retry-After: the client should try again shortly; the store is usually back within seconds.
+  STORE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'The token store is unreachable; try again shortly.', headers: { 'retry-after': '1' } },
   UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
   CONFLICT: { status: 409, error: 'conflict', description: 'The resource already exists.' },
   RESOURCE_NOT_FOUND: { status: 404, error: 'not_found', description: 'The requested resource does not exist.' },
   INTERNAL: { status: 500, error: 'server_error', description: 'The server encountered an unexpected condition.' },
-} as const satisfies Record<string, { status: number; error: string; description: string }>;
+} as const satisfies Record<string, { status: number; error: string; description: string; headers?: Readonly<Record<string, string>> }>;
 
 export type ErrorCode = keyof typeof ERRORS;
 
@@ -52,7 +53,7 @@ export interface ErrorOptions {
   /** Private detail for the log line only; must never contain a secret either. */
   detail?: string;
   cause?: unknown;
-  /** Response headers the error carries: a `WWW-Authenticate` challenge, `Retry-After`, `Allow`. */
+  /** Response headers the error carries (`WWW-Authenticate`, `Allow`), added to the table's own (`Retry-After`). */
   headers?: Readonly<Record<string, string>>;
 }
 
@@ -73,7 +74,8 @@ export class TokengateError extends Error {
     this.error = entry.error;
     this.description = options.description ?? entry.description;
     this.detail = options.detail;
-    this.headers = options.headers;
+    const tableHeaders = 'headers' in entry ? entry.headers : undefined;
+    this.headers = tableHeaders === undefined ? options.headers : { ...tableHeaders, ...options.headers };
   }
 
   /** The RFC 6749 section 5.2 / RFC 6750 error body. */

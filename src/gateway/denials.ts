@@ -40,9 +40,6 @@ export type DenialReason = keyof typeof DENIALS;
 type UnroutedReason = 'invalid_path' | 'not_found';
 export type RouteDenialReason = Exclude<DenialReason, UnroutedReason>;
 
-/** Seconds a client should wait before retrying while the token store is unreachable. */
-const STORE_RETRY_AFTER_SECONDS = 1;
-
 /** A denial compiled at start: the error to send and the metric children to count it with. */
 export interface Denial {
   readonly reason: DenialReason;
@@ -83,7 +80,6 @@ export function compileRouteDenials(route: RouteConfig, label: string, realm: st
     if (spec.challenge === 'bare') headers['www-authenticate'] = bearerChallenge(realm);
     if (spec.challenge === 'error') headers['www-authenticate'] = bearerChallenge(realm, failure, spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : []);
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
-    if (reason === 'store_unavailable') headers['retry-after'] = String(STORE_RETRY_AFTER_SECONDS);
     // The client may not drain a refused body: close the connection instead of reading it.
     if (reason === 'body_too_large') headers.connection = 'close';
     denials[reason] = compileDenial(reason, label, { description, headers }, metrics);
