@@ -17,7 +17,7 @@ export async function openStore(config: StoreConfig): Promise<TokenStore> {
   } catch (error) {
     await store.close().catch(() => {});
     throw new StartupError(
-      `Redis at ${redactUrl(config.url)} does not answer (${(error as Error).message}). Start Redis, or fix store.url, or set store.driver: memory for a single instance.`,
+      `Redis at ${withoutPassword(config.url)} does not answer (${(error as Error).message}). Start Redis, or fix store.url, or set store.driver: memory for a single instance.`,
     );
   }
   return store;
@@ -29,7 +29,7 @@ export class StartupError extends Error {
 }
 
 /** A Redis URL without its password, for messages. */
-export function redactUrl(value: string): string {
+export function withoutPassword(value: string): string {
   try {
     const url = new URL(value);
     if (url.password !== '') url.password = '***';
