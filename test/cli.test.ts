@@ -1,10 +1,12 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { runCli, startServe, writeTempConfig, type ServeProcess } from './support/cli.js';
+import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
 
 const LISTEN_ON_FREE_PORTS = 'server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\n';
+const configs = tempConfigs();
+afterAll(() => configs.remove());
 
 describe('tokengate check', () => {
   it('exits 0 on each shipped config', async () => {
@@ -17,7 +19,7 @@ describe('tokengate check', () => {
   });
 
   it('exits 2 naming every problem of a broken config, without a stack trace', async () => {
-    const file = writeTempConfig('server:\n  port: nope\nstore:\n  drivr: redis\n');
+    const file = configs.write('server:\n  port: nope\nstore:\n  drivr: redis\n');
     const result = await runCli(['check', '--config', file]);
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(`${file} has 2 problems:`);
@@ -47,7 +49,7 @@ describe('tokengate serve', () => {
   });
 
   it('serves /healthz on the ops listener and stops cleanly on SIGTERM', async () => {
-    serve = await startServe(writeTempConfig(LISTEN_ON_FREE_PORTS));
+    serve = await startServe(configs.write(LISTEN_ON_FREE_PORTS));
     const health = await fetch(`${serve.opsUrl}/healthz`);
     expect(health.status).toBe(200);
     expect(await health.json()).toEqual({ status: 'ok' });
@@ -60,7 +62,7 @@ describe('tokengate serve', () => {
 
   it('runs on Redis, and closes its connections when stopped', async () => {
     const prefix = uniquePrefix('serve');
-    serve = await startServe(writeTempConfig(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\n`));
+    serve = await startServe(configs.write(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\n`));
     expect(await (await fetch(`${serve.opsUrl}/readyz`)).json()).toEqual({ status: 'ready', store: 'redis' });
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
@@ -79,7 +81,7 @@ describe('tokengate serve', () => {
       const token = createTokenMinter(decodeTagKey(tagKey)).mint();
       await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
       serve = await startServe(
-        writeTempConfig(
+        configs.write(
           `${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\nissuer:\n  tokenTagKey: ${tagKey}\n` +
             `routes:\n  - path: /api/public/tickets\n    upstream: ${upstream.url}\n`,
         ),
@@ -107,7 +109,7 @@ describe('tokengate serve', () => {
   });
 
   it('refuses to start with an unreachable Redis, in one paragraph', async () => {
-    const file = writeTempConfig(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: redis://:hunter2-secret@127.0.0.1:1\n  connectTimeoutMs: 300\n  commandTimeoutMs: 300\n`);
+    const file = configs.write(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: redis://:hunter2-secret@127.0.0.1:1\n  connectTimeoutMs: 300\n  commandTimeoutMs: 300\n`);
     const result = await runCli(['serve', '--config', file]);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^tokengate: cannot start: Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1\S* does not answer .*store\.url.*\n$/);

@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -104,9 +104,13 @@ describe('config loading', () => {
 
   it('names the file in the message, and a missing file says what to do', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tokengate-config-'));
-    const file = join(dir, 'broken.yaml');
-    writeFileSync(file, 'server:\n  port: 99999\n');
-    expect(() => loadConfigFile(file, {})).toThrow(`${file} has 1 problem:\n  - server.port (line 2): expected an integer from 0 to 65535, got 99999`);
-    expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/does not exist; pass an existing YAML file with --config/);
+    try {
+      const file = join(dir, 'broken.yaml');
+      writeFileSync(file, 'server:\n  port: 99999\n');
+      expect(() => loadConfigFile(file, {})).toThrow(`${file} has 1 problem:\n  - server.port (line 2): expected an integer from 0 to 65535, got 99999`);
+      expect(() => loadConfigFile(join(dir, 'missing.yaml'), {})).toThrow(/does not exist; pass an existing YAML file with --config/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

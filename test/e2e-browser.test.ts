@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type BrowserContext } from 'playwright-core';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
@@ -21,7 +21,6 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 const EMAIL = 'fan@example.com';
 const PASSWORD = 'front row seats';
 const CLIENT_ID = 'e2e-tickets';
-const SCREENSHOTS = { login: '/tmp/tokengate-login.png', loginError: '/tmp/tokengate-login-error.png', consent: '/tmp/tokengate-consent.png' };
 
 /** The application's side: a callback server on a free port that records what it receives. */
 interface Callback {
@@ -67,6 +66,23 @@ async function redeemCode(issuer: RunningTokengate, code: string, redirectUri: s
   return { clientId: accessToken.clientId, userId: accessToken.userId, redirectUri, codeChallenge: createHash('sha256').update(verifier).digest('base64url') };
 }
 
+/**
+ * Runs a test's steps on a page; when one fails, the page as it was is saved as a screenshot in
+ * a fresh temporary directory and the failure names the file. A passing run writes nothing.
+ */
+async function onPage(page: Page, steps: () => Promise<void>): Promise<void> {
+  try {
+    await steps();
+  } catch (error) {
+    const file = join(await mkdtemp(join(tmpdir(), 'tokengate-e2e-')), 'failure.png');
+    const saved = await page.screenshot({ path: file, fullPage: true }).then(() => true, () => false);
+    if (saved && error instanceof Error) error.message += `\nThe page at the failure: ${file}`;
+    throw error;
+  } finally {
+    await page.close();
+  }
+}
+
 describe('authorization code flow in headless Chromium', () => {
   let issuer: RunningTokengate;
   let callback: Callback;
@@ -100,26 +116,25 @@ describe('authorization code flow in headless Chromium', () => {
     const state = randomBytes(8).toString('hex');
     const query = { client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', state, code_challenge: createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256' };
 
-    await page.goto(`${issuer.baseUrl}${authorizePath(query)}`);
-    expect(await page.title()).toBe('Sign in · Ticketing');
-    await expect.poll(() => page.locator('#email:focus').count()).toBe(1);
-    await page.screenshot({ path: SCREENSHOTS.login, fullPage: true });
+    await onPage(page, async () => {
+      await page.goto(`${issuer.baseUrl}${authorizePath(query)}`);
+      expect(await page.title()).toBe('Sign in · Ticketing');
+      await expect.poll(() => page.locator('#email:focus').count()).toBe(1);
 
-    await page.getByLabel('E-mail address').fill(EMAIL);
-    await page.getByLabel('Password').fill('not my password');
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await expect.poll(() => page.getByRole('alert').textContent()).toBe('The e-mail or password is incorrect.');
-    expect(await page.getByLabel('E-mail address').inputValue()).toBe(EMAIL);
-    expect(await page.getByLabel('Password').inputValue()).toBe('');
-    await page.screenshot({ path: SCREENSHOTS.loginError, fullPage: true });
+      await page.getByLabel('E-mail address').fill(EMAIL);
+      await page.getByLabel('Password').fill('not my password');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await expect.poll(() => page.getByRole('alert').textContent()).toBe('The e-mail or password is incorrect.');
+      expect(await page.getByLabel('E-mail address').inputValue()).toBe(EMAIL);
+      expect(await page.getByLabel('Password').inputValue()).toBe('');
 
-    await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await expect.poll(() => page.getByRole('heading', { level: 1 }).textContent()).toBe('Festival Tickets wants to access your Ticketing account');
-    expect(await page.getByRole('listitem').allTextContents()).toEqual(['See your profile and manage your tickets']);
-    await page.screenshot({ path: SCREENSHOTS.consent, fullPage: true });
+      await page.getByLabel('Password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await expect.poll(() => page.getByRole('heading', { level: 1 }).textContent()).toBe('Festival Tickets wants to access your Ticketing account');
+      expect(await page.getByRole('listitem').allTextContents()).toEqual(['See your profile and manage your tickets']);
 
-    await Promise.all([page.waitForURL((url) => url.href.startsWith(callback.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
+      await Promise.all([page.waitForURL((url) => url.href.startsWith(callback.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
+    });
     expect(callback.received).toHaveLength(1);
     const answer = callback.received[0]!;
     expect(answer.get('state')).toBe(state);
@@ -129,7 +144,6 @@ describe('authorization code flow in headless Chromium', () => {
     expect(await redeemCode(issuer, code, callback.redirectUri, verifier)).toEqual({ clientId: CLIENT_ID, userId: 'user-fan', redirectUri: callback.redirectUri, codeChallenge: query.code_challenge });
     // No CSP violation (the stylesheet hash holds, form-action let the redirect through), no other error.
     expect(consoleErrors).toEqual([]);
-    await page.close();
   }, 60_000);
 
   it('cannot be framed by another site', async () => {
@@ -139,14 +153,15 @@ describe('authorization code flow in headless Chromium', () => {
     });
     await new Promise<void>((resolve) => framer.listen(0, '127.0.0.1', resolve));
     try {
-      // goto waits for the load event, which waits for the frame.
-      await page.goto(`http://127.0.0.1:${(framer.address() as AddressInfo).port}/`);
-      const frame = page.frame({ name: 'victim' });
-      expect(frame).not.toBeNull();
-      // Chromium replaced the framed document by its blocked-page placeholder: no sign-in form in it.
-      expect(await frame!.content()).not.toContain('<form');
+      await onPage(page, async () => {
+        // goto waits for the load event, which waits for the frame.
+        await page.goto(`http://127.0.0.1:${(framer.address() as AddressInfo).port}/`);
+        const frame = page.frame({ name: 'victim' });
+        expect(frame).not.toBeNull();
+        // Chromium replaced the framed document by its blocked-page placeholder: no sign-in form in it.
+        expect(await frame!.content()).not.toContain('<form');
+      });
     } finally {
-      await page.close();
       framer.closeAllConnections();
       await new Promise((resolve) => framer.close(resolve));
     }

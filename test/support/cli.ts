@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -26,10 +26,26 @@ export function runCli(args: string[], options: { stdin?: string; env?: Record<s
   });
 }
 
-export function writeTempConfig(text: string): string {
-  const file = join(mkdtempSync(join(tmpdir(), 'tokengate-cli-')), 'tokengate.yaml');
-  writeFileSync(file, text);
-  return file;
+export interface TempConfigs {
+  /** Writes a config file and returns its path. */
+  write(text: string): string;
+  /** Removes every file written. */
+  remove(): void;
+}
+
+/** Config files for one test file, in a temporary directory it removes when done. */
+export function tempConfigs(): TempConfigs {
+  const directory = mkdtempSync(join(tmpdir(), 'tokengate-cli-'));
+  let written = 0;
+  return {
+    write(text) {
+      written += 1;
+      const file = join(directory, `tokengate-${written}.yaml`);
+      writeFileSync(file, text);
+      return file;
+    },
+    remove: () => rmSync(directory, { recursive: true, force: true }),
+  };
 }
 
 export interface ServeProcess {
