@@ -6,7 +6,7 @@ export interface ReferenceRow {
   markdown: string;
 }
 
-/** The README's configuration table, derived from the schema (descriptions and defaults live there). */
+/** The reference table of docs/configuration.md, derived from the schema (descriptions and defaults live there). */
 export function configReferenceRows(): ReferenceRow[] {
   const rows: ReferenceRow[] = [];
   const walk = (schema: TSchema, path: string): void => {
