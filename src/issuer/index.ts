@@ -14,7 +14,8 @@ import { registerTokenInfoEndpoint } from './token-info-endpoint.js';
  */
 export async function registerIssuer(app: FastifyInstance, context: TokengateContext): Promise<void> {
   await app.register(async function issuerEndpoints(scope) {
-    // Bodies are forms or JSON (DESIGN: both accepted); anything else, text included, is a 415.
+    // Bodies are forms or JSON, the two encodings clients use (docs/design.md#wire-format); anything
+    // else, text included, is a 415 rather than a guess.
     await scope.register(formbody);
     scope.removeContentTypeParser('text/plain');
     scope.setErrorHandler(challengingErrorHandler(context.config.gateway.realm));
