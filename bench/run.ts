@@ -32,8 +32,8 @@ const ORGANIZER_CLIENT_ID = 'bench-organizer';
 
 /** V8 heap figures from tokengate's default process metrics, when it exports them. */
 function heapOf(counters: Map<string, number>): MemoryResult['filledHeap'] {
-  const usedBytes = counters.get('tokengate_process_nodejs_heap_size_used_bytes');
-  const totalBytes = counters.get('tokengate_process_nodejs_heap_size_total_bytes');
+  const usedBytes = counters.get('nodejs_heap_size_used_bytes');
+  const totalBytes = counters.get('nodejs_heap_size_total_bytes');
   return usedBytes === undefined || totalBytes === undefined ? null : { usedBytes, totalBytes };
 }
 

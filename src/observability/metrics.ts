@@ -7,7 +7,9 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
  */
 export function createMetrics() {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'tokengate_process_' });
+  // Under their standard names (process_cpu_seconds_total, nodejs_heap_size_used_bytes, ...), so
+  // the usual Node.js dashboards and alerts work unchanged.
+  collectDefaultMetrics({ register: registry });
   const registers = [registry];
   return {
     registry,
