@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { realpathSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
@@ -61,7 +61,12 @@ export const COMMANDS: Record<string, Command> = {
 
 function help(): string {
   const lines = Object.entries(COMMANDS).map(([name, command]) => `  ${command.usage.padEnd(58)} ${command.summary}`);
-  return `tokengate: OAuth 2 issuer and token-checking gateway\n\nUsage:\n${lines.join('\n')}\n\nEvery command reads --config (default: $TOKENGATE_CONFIG or ${DEFAULT_CONFIG}).\n`;
+  return `tokengate: OAuth 2 issuer and token-checking gateway\n\nUsage:\n${lines.join('\n')}\n  ${'tokengate --version'.padEnd(58)} Print the version.\n\nEvery command reads --config (default: $TOKENGATE_CONFIG or ${DEFAULT_CONFIG}).\n`;
+}
+
+/** The version of the package this file belongs to: package.json sits one level above src/ and dist/ alike. */
+export function version(): string {
+  return (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -71,6 +76,10 @@ export async function main(argv: string[]): Promise<number> {
   if (first === undefined || first === '--help' || first === '-h' || first === 'help') {
     process.stdout.write(help());
     return first === undefined ? 2 : 0;
+  }
+  if (first === '--version' || first === '-v') {
+    process.stdout.write(`tokengate ${version()}\n`);
+    return 0;
   }
   // Two-word commands (`apps create`) take precedence over one-word ones.
   const twoWord = second !== undefined ? `${first} ${second}` : undefined;

@@ -69,8 +69,13 @@ describe('tokengate apps', () => {
     expect(application).toMatchObject({ confidential: false, redirect_uris: ['https://scan.example/cb', 'http://127.0.0.1:7000/cb'], scopes: ['public'] });
     expect(application.client_secret).toBeUndefined();
 
-    const list = await tokengate(withConfig('apps', 'list', '--json'));
-    expect((JSON.parse(list.stdout) as Array<{ client_id: string }>).map((each) => each.client_id)).toContain(application.client_id);
+    // --json prints the admin API's answer as it is.
+    const [list, answer] = await Promise.all([
+      tokengate(withConfig('apps', 'list', '--json')),
+      fetch(`${running.opsUrl}/admin/applications`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }).then((response) => response.json()),
+    ]);
+    expect(JSON.parse(list.stdout)).toEqual(answer);
+    expect((answer as { applications: Array<{ client_id: string }> }).applications.map((each) => each.client_id)).toContain(application.client_id);
 
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), { kind: 'user', clientId: application.client_id, userId: 'u', scopes: ['public'], familyId: 'f', issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
@@ -100,12 +105,16 @@ describe('tokengate users and tokens', () => {
     // The trailing newline of `echo` is not part of the password.
     expect(await verifyPassword('correct horse battery', (await running.store.getUser(user.id))!.passwordHash)).toBe(true);
 
-    const [duplicate, list] = await Promise.all([
+    const [duplicate, list, listJson, answer] = await Promise.all([
       tokengate(withConfig('users', 'create', '--email', 'ana@example.com', '--password-stdin'), { stdin: 'another password' }),
       tokengate(withConfig('users', 'list')),
+      tokengate(withConfig('users', 'list', '--json')),
+      fetch(`${running.opsUrl}/admin/users`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }).then((response) => response.json()),
     ]);
     expect(duplicate).toMatchObject({ code: 1, stderr: 'tokengate: the admin API refused: A user with this e-mail address already exists.\n' });
     expect(list.stdout).toMatch(new RegExp(`^${user.id} +ana@example.com +\\S+$`, 'm'));
+    expect(JSON.parse(listJson.stdout)).toEqual(answer);
+    expect(answer).toMatchObject({ users: expect.arrayContaining([{ id: user.id, email: 'ana@example.com', created_at: expect.any(String) }]) });
 
     const application = { clientId: `client-${user.id}`, clientSecret: undefined, redirectUri: 'https://box.example/callback' };
     await running.store.putApplication({ clientId: application.clientId, name: 'n', secretDigest: null, redirectUris: [application.redirectUri], scopes: ['public'], confidential: false, createdAt: Date.now() });
@@ -129,7 +138,8 @@ describe('tokengate users and tokens', () => {
     const deleted = await tokengate(withConfig('users', 'delete', user.id));
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted user ${user.id} and revoked their tokens.\n` });
     expect(await running.store.getUser(user.id)).toBeNull();
-  });
+    // Nine CLI processes, each loading TypeScript through tsx: slow on a busy machine.
+  }, 60_000);
 
   it('never takes a password from the command line, and checks its arguments', async () => {
     const [noStdin, asArgument, both, neither] = await Promise.all([

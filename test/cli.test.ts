@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
@@ -38,6 +40,12 @@ describe('tokengate check', () => {
     expect(await runCli(['frobnicate'])).toMatchObject({ code: 2, stderr: expect.stringContaining('unknown command "frobnicate"') });
     expect(await runCli(['check', '--confgi', 'x'])).toMatchObject({ code: 2, stderr: expect.stringContaining('usage: tokengate check') });
     expect(await runCli(['--help'])).toMatchObject({ code: 0, stdout: expect.stringContaining('tokengate serve') });
+  });
+
+  it('prints the package version with --version', async () => {
+    const { version } = JSON.parse(readFileSync(join(import.meta.dirname, '../package.json'), 'utf8')) as { version: string };
+    expect(version).toMatch(/^\d+\.\d+\.\d+/);
+    for (const flag of ['--version', '-v']) expect(await runCli([flag])).toEqual({ code: 0, stdout: `tokengate ${version}\n`, stderr: '' });
   });
 });
 

@@ -93,8 +93,10 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     usage: 'tokengate apps list [--json]',
     options: { ...configOption, ...jsonOption },
     async run(values) {
-      const { applications } = await client(values).request<{ applications: ApplicationView[] }>('GET', '/applications');
-      if (values.json === true) printJson(applications);
+      // --json prints the admin API's answer as it is, so scripts read one shape from both.
+      const answer = await client(values).request<{ applications: ApplicationView[] }>('GET', '/applications');
+      const { applications } = answer;
+      if (values.json === true) printJson(answer);
       else if (applications.length === 0) print('No applications.');
       else {
         const rows = applications.map((app) => [app.client_id, app.confidential ? 'confidential' : 'public', app.name, app.scopes.join(' '), app.redirect_uris.join(' '), app.created_at]);
@@ -135,8 +137,9 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     usage: 'tokengate users list [--json]',
     options: { ...configOption, ...jsonOption },
     async run(values) {
-      const { users } = await client(values).request<{ users: UserView[] }>('GET', '/users');
-      if (values.json === true) printJson(users);
+      const answer = await client(values).request<{ users: UserView[] }>('GET', '/users');
+      const { users } = answer;
+      if (values.json === true) printJson(answer);
       else if (users.length === 0) print('No users.');
       else print(table(['ID', 'EMAIL', 'CREATED'], users.map((user) => [user.id, user.email, user.created_at])));
       return 0;
