@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
 import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { configWarnings } from './config/warnings.js';
 import { StartupError } from './store/open-store.js';
 
 /**
@@ -24,8 +25,10 @@ export const COMMANDS: Record<string, Command> = {
       const { buildTokengate } = await import('./app.js');
       const tokengate = await buildTokengate(config);
       const log = tokengate.context.log;
+      for (const warning of configWarnings(config)) log.warn(warning);
       const { publicUrl, opsUrl } = await tokengate.listen();
-      log.info({ publicUrl, opsUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
+      const issuerUrl = config.issuer.enabled ? config.issuer.issuerUrl : undefined;
+      log.info({ publicUrl, opsUrl, issuerUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
       await new Promise<void>((resolve) => {
         const stop = (signal: NodeJS.Signals) => {
           log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
@@ -52,7 +55,9 @@ export const COMMANDS: Record<string, Command> = {
     options: configOption,
     async run(values) {
       const config = loadConfigFile(String(values.config));
-      process.stdout.write(`${String(values.config)} is valid: ${config.routes.length} route(s), store ${config.store.driver}, issuer ${config.issuer.enabled ? 'on' : 'off'}\n`);
+      for (const warning of configWarnings(config)) process.stderr.write(`tokengate: warning: ${warning}\n`);
+      const issuer = config.issuer.enabled ? `issuer at ${config.issuer.issuerUrl}` : 'issuer off';
+      process.stdout.write(`${String(values.config)} is valid: ${config.routes.length} route(s), store ${config.store.driver}, ${issuer}\n`);
       return 0;
     },
   },

@@ -207,11 +207,17 @@ describe('the sign-in page', () => {
     expect(cookie[0]).toMatch(/^tokengate_session=[A-Za-z0-9_-]{43}; Max-Age=3600; Path=\/oauth; HttpOnly; SameSite=Lax$/);
   });
 
-  it('marks the session cookie Secure when the issuer is reached over https', async () => {
+  it('marks the session cookie Secure, and calls the sign-in secure, only when the issuer is reached over https', async () => {
+    const plain = await new FormClient(issuer.baseUrl).get(authorizePath(request()));
+    expect(plain.text).toContain('<footer class="foot">Sign-in · 127.0.0.1:8080</footer>');
+    expect(plain.text).not.toContain('Secure');
+    expect(plain.headers.getSetCookie()[0]).not.toMatch(/; Secure(;|$)/);
+
     const secure = await startTokengate('authorize-https', { sharing: issuer, config: { issuer: { issuerUrl: 'https://auth.example' } } });
     try {
       const response = await new FormClient(secure.baseUrl).get(authorizePath(request()));
       expect(response.headers.getSetCookie()[0]).toMatch(/; Secure(;|$)/);
+      expect(response.text).toContain('<footer class="foot">Secure sign-in · auth.example</footer>');
     } finally {
       await secure.close();
     }

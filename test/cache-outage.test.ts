@@ -326,6 +326,7 @@ describe('tokengate with the cache: wiring and readiness', () => {
       [
         'server: { host: 127.0.0.1, port: 0 }',
         'admin: { host: 127.0.0.1, port: 0 }',
+        'issuer: { issuerUrl: "http://localhost:8080" }',
         `store: { driver: redis, url: "${'$'}{REDIS_URL}", keyPrefix: "${'$'}{PREFIX}", commandTimeoutMs: ${COMMAND_TIMEOUT_MS} }`,
         `cache: { enabled: ${cacheEnabled} }`,
         'logging: { level: silent }',

@@ -4,9 +4,11 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
+import { freePort } from './support/ports.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
 
-const LISTEN_ON_FREE_PORTS = 'server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\n';
+// Port 0 leaves nothing to derive the issuer URL from: it is named (last, so a test can add issuer keys).
+const LISTEN_ON_FREE_PORTS = 'server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\nissuer:\n  issuerUrl: http://localhost:8080\n';
 const configs = tempConfigs();
 afterAll(() => configs.remove());
 
@@ -28,6 +30,15 @@ describe('tokengate check', () => {
     expect(result.stderr).toContain('server.port (line 2): expected an integer, got "nope"');
     expect(result.stderr).toContain('store.drivr (line 4): unknown key');
     expect(result.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('names the issuer URL, and warns (still exit 0) when it names this machine on another port than the listener', async () => {
+    const derived = await runCli(['check', '--config', configs.write('server:\n  port: 8181\n')]);
+    expect(derived).toMatchObject({ code: 0, stderr: '', stdout: expect.stringContaining('issuer at http://localhost:8181\n') });
+    const mismatched = await runCli(['check', '--config', configs.write('server:\n  port: 8181\nissuer:\n  issuerUrl: http://localhost:8080\n')]);
+    expect(mismatched.code).toBe(0);
+    expect(mismatched.stderr).toMatch(/^tokengate: warning: issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/);
+    expect(mismatched.stdout).toContain('is valid');
   });
 
   it('prints the stack trace only when asked with --debug', async () => {
@@ -54,6 +65,23 @@ describe('tokengate serve', () => {
   afterEach(() => {
     serve?.child.kill('SIGKILL');
     serve = undefined;
+  });
+
+  it('derives the issuer URL from the public listener when it is unset, and logs it', async () => {
+    const port = await freePort();
+    serve = await startServe(configs.write(`server:\n  host: 127.0.0.1\n  port: ${port}\nadmin:\n  port: 0\n`));
+    const metadata = (await (await fetch(`${serve.publicUrl}/.well-known/oauth-authorization-server`)).json()) as { issuer: string; token_endpoint: string };
+    expect(metadata).toMatchObject({ issuer: `http://localhost:${port}`, token_endpoint: `http://localhost:${port}/oauth/token` });
+    const listening = JSON.parse(serve.output().split('\n').find((line) => line.includes('"tokengate listening"'))!) as { issuerUrl: string };
+    expect(listening.issuerUrl).toBe(`http://localhost:${port}`);
+    expect(serve.output()).not.toContain('"level":40');
+  });
+
+  it('warns when the issuer URL names this machine on another port than the listener', async () => {
+    const port = await freePort();
+    serve = await startServe(configs.write(`server:\n  host: 127.0.0.1\n  port: ${port}\nadmin:\n  port: 0\nissuer:\n  issuerUrl: http://localhost:1\n`));
+    const warning = serve.output().split('\n').find((line) => line.includes('"level":40'));
+    expect(warning).toContain(`issuer.issuerUrl (http://localhost:1) names port 1 on this machine, but the public listener is on port ${port} (server.port)`);
   });
 
   it('serves /healthz on the ops listener and stops cleanly on SIGTERM', async () => {
@@ -90,7 +118,7 @@ describe('tokengate serve', () => {
       await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
       serve = await startServe(
         configs.write(
-          `${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\nissuer:\n  tokenTagKey: ${tagKey}\n` +
+          `${LISTEN_ON_FREE_PORTS}  tokenTagKey: ${tagKey}\nstore:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\n` +
             `routes:\n  - path: /api/public/tickets\n    upstream: ${upstream.url}\n`,
         ),
       );

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, parseConfig } from '../src/config/load.js';
+import { configWarnings } from '../src/config/warnings.js';
 
 function problemsOf(text: string, env: Record<string, string> = {}): Array<{ path: string; message: string; line?: number }> {
   try {
@@ -112,5 +113,54 @@ describe('config loading', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('issuer.issuerUrl', () => {
+  const issuerUrlOf = (server: string, issuer = '') => parseConfig(`server: { ${server} }\n${issuer}`, 'issuer.yaml', {}).issuer.issuerUrl;
+
+  it('follows the public listener when unset: http://<host>:<port>, localhost for a wildcard or loopback host', () => {
+    expect(issuerUrlOf('port: 8181')).toBe('http://localhost:8181');
+    expect(issuerUrlOf('host: 0.0.0.0, port: 8080')).toBe('http://localhost:8080');
+    expect(issuerUrlOf('host: "::", port: 8080')).toBe('http://localhost:8080');
+    expect(issuerUrlOf('host: 127.0.0.2, port: 9000')).toBe('http://localhost:9000');
+    expect(issuerUrlOf('host: "::1", port: 9000')).toBe('http://localhost:9000');
+    expect(issuerUrlOf('host: 10.0.0.5, port: 8080')).toBe('http://10.0.0.5:8080');
+    expect(issuerUrlOf('host: "fd00::5", port: 8080')).toBe('http://[fd00::5]:8080');
+    expect(issuerUrlOf('host: gateway.internal, port: 80')).toBe('http://gateway.internal');
+  });
+
+  it('is kept as given when set', () => {
+    expect(issuerUrlOf('port: 8181', 'issuer: { issuerUrl: "https://auth.example.com" }')).toBe('https://auth.example.com');
+  });
+
+  it('cannot follow a listener on port 0 (a free port picked at start): the issuer must name its URL, a pure gateway need not', () => {
+    expect(problemsOf('server: { port: 0 }\n')).toEqual([{ path: 'issuer.issuerUrl', line: 1, message: expect.stringContaining('server.port is 0') }]);
+    expect(issuerUrlOf('port: 0', 'issuer: { enabled: false }')).toBe('');
+    expect(issuerUrlOf('port: 0', 'issuer: { issuerUrl: "http://localhost:8080" }')).toBe('http://localhost:8080');
+  });
+});
+
+describe('config warnings', () => {
+  const warningsOf = (text: string) => configWarnings(parseConfig(text, 'warnings.yaml', {}));
+
+  it('warn when the issuer URL names this machine on another port than the public listener', () => {
+    expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "http://localhost:8080" }\n')).toEqual([
+      expect.stringMatching(/^issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/),
+    ]);
+    expect(warningsOf('server: { port: 8443 }\nissuer: { issuerUrl: "https://127.0.0.1" }\n')).toEqual([expect.stringContaining('names port 443')]);
+    expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "http://[::1]:8080" }\n')).toEqual([expect.stringContaining('names port 8080')]);
+  });
+
+  it('stay quiet for a derived URL, a matching port, another host, a pure gateway, or a listener on port 0', () => {
+    expect(warningsOf('server: { port: 8181 }\n')).toEqual([]);
+    expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "http://127.0.0.1:8181/" }\n')).toEqual([]);
+    expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "https://auth.example.com" }\n')).toEqual([]);
+    expect(warningsOf('server: { port: 8181 }\nissuer: { enabled: false, issuerUrl: "http://localhost:8080" }\n')).toEqual([]);
+    expect(warningsOf('server: { port: 0 }\nissuer: { issuerUrl: "http://localhost:8080" }\n')).toEqual([]);
+  });
+
+  it('are none for the shipped configs', () => {
+    for (const file of ['config/tokengate.yaml', 'config/tokengate.redis.yaml']) expect(configWarnings(loadConfigFile(file, {}))).toEqual([]);
   });
 });

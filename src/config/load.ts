@@ -84,7 +84,23 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   for (const problem of problems) problem.line ??= lineOf(document, lineCounter, parseKeyPath(problem.path));
   problems.sort((a, b) => (a.line ?? 0) - (b.line ?? 0));
   if (problems.length > 0) throw new ConfigError(file, problems);
-  return deepFreeze(withDefaults as Config);
+  const config = withDefaults as Config;
+  if (config.issuer.issuerUrl === '' && config.server.port !== 0) config.issuer.issuerUrl = listenerUrl(config.server);
+  return deepFreeze(config);
+}
+
+/**
+ * The URL of the public listener as a client on this machine reaches it: what `issuer.issuerUrl`
+ * defaults to. A wildcard or loopback host becomes `localhost`, the name browsers treat as secure
+ * for development and the admin API accepts in http redirect URIs.
+ */
+export function listenerUrl(server: Pick<Config['server'], 'host' | 'port'>): string {
+  const host = isWildcard(server.host) || isLoopback(server.host) ? 'localhost' : isIP(server.host) === 6 ? `[${server.host}]` : server.host;
+  return new URL(`http://${host}:${server.port}`).origin;
+}
+
+function isWildcard(host: string): boolean {
+  return host === '0.0.0.0' || host === '::';
 }
 
 const VARIABLE = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
@@ -134,7 +150,9 @@ function checkSemantics(config: Config): ConfigProblem[] {
   for (const scope of Object.keys(config.issuer.scopeDescriptions)) {
     if (!config.issuer.scopes.includes(scope)) problems.push({ path: `issuer.scopeDescriptions.${scope}`, message: `"${scope}" is not in issuer.scopes` });
   }
-  if (config.issuer.enabled) {
+  if (config.issuer.enabled && config.issuer.issuerUrl === '' && config.server.port === 0) {
+    problems.push({ path: 'issuer.issuerUrl', message: 'server.port is 0 (a free port picked at start), so the issuer URL cannot be derived from the listener: set issuer.issuerUrl to the URL clients reach tokengate at' });
+  } else if (config.issuer.enabled && config.issuer.issuerUrl !== '') {
     try {
       new URL(config.issuer.issuerUrl);
     } catch {
@@ -166,7 +184,7 @@ function describe(error: ValueError): string {
   const got = error.value === undefined ? 'nothing' : JSON.stringify(error.value);
   const schema = error.schema;
   if (error.message === 'Unexpected property') {
-    return 'unknown key (a misspelling? see the config reference in the README)';
+    return 'unknown key (a misspelling? see the configuration reference, docs/configuration.md)';
   }
   if (Array.isArray(schema.anyOf) && schema.anyOf.every((member: { const?: unknown }) => member.const !== undefined)) {
     return `expected one of ${schema.anyOf.map((member: { const: unknown }) => String(member.const)).join(', ')}, got ${got}`;

@@ -50,7 +50,7 @@ export const UserSourceSchema = closed({
 
 export const IssuerSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Serve the OAuth endpoints on the public listener. A pure gateway sidecar sets false.' }),
-  issuerUrl: Type.String({ default: 'http://localhost:8080', description: 'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs).' }),
+  issuerUrl: Type.String({ default: '', description: 'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs). Empty: `http://<server.host>:<server.port>`, with `localhost` for a wildcard or loopback host.' }),
   tokenTagKey: Type.String({ default: '', description: 'base64url key (32+ bytes) that tags minted tokens. Empty: created once and shared through the store.' }),
   accessTokenTtl: Seconds(7200, 'Access token lifetime in seconds (`expires_in`).', 1),
   refreshTokenTtl: Seconds(2_592_000, 'Refresh token lifetime in seconds.', 1),

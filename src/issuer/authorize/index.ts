@@ -57,7 +57,8 @@ function createAuthorizationEndpoint(context: TokengateContext) {
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
   const throttle = new LoginThrottle(store, issuer.loginThrottle);
-  const site: Site = { serviceName: issuer.serviceName, issuerHost: new URL(issuer.issuerUrl).host };
+  const issuerUrl = new URL(issuer.issuerUrl);
+  const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
 
   const sendPage = (reply: FastifyReply, page: Page) =>
     reply.code(page.status).header('content-type', 'text/html; charset=utf-8').header('content-security-policy', contentSecurityPolicy(page.formTargets)).send(renderDocument(page, site));

@@ -13,6 +13,8 @@ export interface Site {
   serviceName: string;
   /** Host of the issuer, shown in the footer so the user can see where they are typing. */
   issuerHost: string;
+  /** The issuer is reached over https: only then does the footer call the sign-in secure. */
+  secure: boolean;
 }
 
 export interface Page {
@@ -112,7 +114,7 @@ export function renderDocument(page: Page, site: Site): string {
 <main class="card" aria-labelledby="title">
 ${page.body}
 </main>
-<footer class="foot">Secure sign-in · ${site.issuerHost}</footer>
+<footer class="foot">${site.secure ? 'Secure sign-in' : 'Sign-in'} · ${site.issuerHost}</footer>
 </div>
 </body>
 </html>
