@@ -105,3 +105,30 @@ export function tableUnder(text: string, heading: string): string[] {
   const end = lines.findIndex((line, index) => index > first && !line.startsWith('|'));
   return lines.slice(first + 2, end === -1 ? undefined : end);
 }
+
+/** The part of a Markdown text under `heading` (a line such as `## Quick start`), up to the next heading of the same or a higher level. */
+export function sectionOf(text: string, heading: string): string {
+  const level = /^#+/.exec(heading)![0].length;
+  const lines = text.split('\n');
+  const start = lines.findIndex((line) => line.trim() === heading);
+  if (start === -1) throw new Error(`no heading "${heading}"`);
+  let fenced = false;
+  for (let index = start + 1; index < lines.length; index += 1) {
+    if (/^\s*(`{3,}|~{3,})/.test(lines[index]!)) fenced = !fenced;
+    else if (!fenced && new RegExp(`^#{1,${level}}\\s`).test(lines[index]!)) return lines.slice(start + 1, index).join('\n');
+  }
+  return lines.slice(start + 1).join('\n');
+}
+
+/** The contents of the fenced code blocks of a Markdown text whose info string is `language`. */
+export function codeBlocks(text: string, language: string): string[] {
+  return [...text.matchAll(new RegExp(`^\`\`\`${language}\\n([\\s\\S]*?)^\`\`\`$`, 'gm'))].map((match) => match[1]!);
+}
+
+/** The shell commands of a code block: continuation lines (ending in `\`) joined; blank and comment lines dropped. */
+export function shellCommands(block: string): string[] {
+  return block
+    .replace(/\\\n\s*/g, ' ')
+    .split('\n')
+    .filter((line) => line.trim() !== '' && !line.trim().startsWith('#'));
+}
