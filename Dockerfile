@@ -1,14 +1,13 @@
 # syntax=docker/dockerfile:1
 # tokengate: multi-stage build. The runtime image holds production dependencies, the compiled
-# JavaScript and the shipped configs, and runs as the unprivileged `node` user.
+# JavaScript and the shipped configs, and runs as the unprivileged `node` user (uid 1000).
 #
-#   docker build -t tokengate .
-#   docker run --rm -p 8080:8080 \
-#     -v "$PWD/config/tokengate.redis.yaml:/etc/tokengate/tokengate.yaml:ro" \
-#     -e REDIS_URL=redis://redis:6379 -e TOKENGATE_ADMIN_TOKEN=... tokengate
+#   docker build -t tokengate:0.1.0 .
 #
-# Secrets (admin token, token tag key, Redis password) come from the environment and are
-# substituted into the config at start; none is baked into the image.
+# examples/docker-compose.yml and examples/kubernetes/ run it beside the services it guards;
+# docs/operations.md (Deployment) says what a container needs. Secrets (admin token, token tag
+# key, Redis password) come from the environment and are substituted into the config at start;
+# none is baked into the image.
 
 ARG NODE_IMAGE=node:20-bookworm-slim
 
@@ -39,11 +38,13 @@ COPY --chown=root:root config ./config
 # The default config, replaced by mounting a file over it.
 COPY --chown=root:root config/tokengate.yaml /etc/tokengate/tokengate.yaml
 USER node
-# Public listener (issuer + gateway). The ops listener (9090) binds to loopback by default:
-# expose it only with admin.host set and admin.token given.
-EXPOSE 8080
+# 8080: the public listener (issuer + gateway). 9090: the ops listener (/healthz, /readyz,
+# /metrics, admin API), which the shipped configs bind to the loopback unless
+# TOKENGATE_ADMIN_HOST says otherwise (0.0.0.0 for probes and Prometheus, with
+# TOKENGATE_ADMIN_TOKEN: the config refuses a non-loopback ops listener without a token).
+EXPOSE 8080 9090
 STOPSIGNAL SIGTERM
-# Runs inside the container, so the loopback-bound ops listener answers it.
+# Runs inside the container, so the ops listener answers it on the loopback wherever it binds.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.TOKENGATE_ADMIN_PORT || 9090) + '/healthz').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["node", "dist/main.js"]

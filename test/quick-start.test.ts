@@ -1,11 +1,11 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT, codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
+import { codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
+import { copyRepository } from './support/repository.js';
 import { eventually } from './support/wait.js';
 
 /**
@@ -26,22 +26,6 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 
 /** A shell with nothing of the test's environment but what a user's terminal has. */
 const SHELL_ENV = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? tmpdir(), LANG: 'C.UTF-8' };
-
-/** The repository as a fresh clone has it: tracked files, and new ones not yet committed, without anything ignored. */
-function copyRepository(): string {
-  const directory = mkdtempSync(join(tmpdir(), 'tokengate-quick-start-'));
-  const listed = spawnSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: ROOT, encoding: 'utf8' });
-  if (listed.status !== 0) throw new Error(`git ls-files failed: ${listed.stderr}`);
-  for (const file of listed.stdout.split('\0').filter(Boolean)) {
-    mkdirSync(dirname(join(directory, file)), { recursive: true });
-    try {
-      copyFileSync(join(ROOT, file), join(directory, file));
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error; // deleted in the work tree, not yet committed
-    }
-  }
-  return directory;
-}
 
 function portAnswers(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -115,7 +99,7 @@ describe('README: Quick start', () => {
   beforeAll(async () => {
     const busy = (await Promise.all(DEMO_PORTS.map(async (port) => ((await portAnswers(port)) ? port : null)))).filter((port) => port !== null);
     if (busy.length > 0) throw new Error(`the Quick start listens on ports ${DEMO_PORTS.join(', ')}, and ${busy.join(', ')} answer already: stop what listens there`);
-    fresh = copyRepository();
+    fresh = copyRepository('quick-start');
   }, 60_000);
 
   afterAll(async () => {
