@@ -1,10 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
+import { acceptsConnections } from './support/ports.js';
 import { copyRepository } from './support/repository.js';
 import { eventually } from './support/wait.js';
 
@@ -26,17 +26,6 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 
 /** A shell with nothing of the test's environment but what a user's terminal has. */
 const SHELL_ENV = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? tmpdir(), LANG: 'C.UTF-8' };
-
-function portAnswers(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
 
 /**
  * Runs commands one after the other in one bash, as a user types them in one terminal, and
@@ -84,7 +73,7 @@ async function stopDemo(demo: Demo): Promise<void> {
     process.kill(-demo.child.pid!, 'SIGINT');
     await exited;
   }
-  await eventually(async () => !(await Promise.all(DEMO_PORTS.map(portAnswers))).some(Boolean), 15_000);
+  await eventually(async () => !(await Promise.all(DEMO_PORTS.map(acceptsConnections))).some(Boolean), 15_000);
 }
 
 /** The JSON a command printed. */
@@ -97,7 +86,7 @@ describe('README: Quick start', () => {
   let outputs: string[];
 
   beforeAll(async () => {
-    const busy = (await Promise.all(DEMO_PORTS.map(async (port) => ((await portAnswers(port)) ? port : null)))).filter((port) => port !== null);
+    const busy = (await Promise.all(DEMO_PORTS.map(async (port) => ((await acceptsConnections(port)) ? port : null)))).filter((port) => port !== null);
     if (busy.length > 0) throw new Error(`the Quick start listens on ports ${DEMO_PORTS.join(', ')}, and ${busy.join(', ')} answer already: stop what listens there`);
     fresh = copyRepository('quick-start');
   }, 60_000);
