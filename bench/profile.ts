@@ -20,7 +20,10 @@ function top(map: Map<string, number>, busyMs: number, count: number, match?: st
 }
 
 function main(): void {
-  const { values, positionals } = parseArgs({ options: { top: { type: 'string', default: '25' }, match: { type: 'string' }, 'skip-seconds': { type: 'string', default: '0' } }, allowPositionals: true });
+  const { values, positionals } = parseArgs({
+    options: { top: { type: 'string', default: '25' }, match: { type: 'string' }, 'skip-seconds': { type: 'string', default: '0' } },
+    allowPositionals: true,
+  });
   if (positionals.length === 0) throw new Error('usage: node --import tsx bench/profile.ts FILE.cpuprofile [--top N] [--match TEXT] [--skip-seconds S]');
   const count = Number(values.top);
   for (const file of positionals) {

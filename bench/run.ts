@@ -50,8 +50,12 @@ async function main(): Promise<number> {
   process.once('SIGINT', stopOnSignal);
   process.once('SIGTERM', stopOnSignal);
 
-  const machine = describeMachine(pinning === null ? 'not pinned' : `load generator on CPU ${pinning.loadGeneratorCpus}, servers on CPU ${pinning.serverCpus} (taskset)`);
-  progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart.join(' ')}; ${machine.pinning}; logs in ${dir}`);
+  const machine = describeMachine(
+    pinning === null ? 'not pinned' : `load generator on CPU ${pinning.loadGeneratorCpus}, servers on CPU ${pinning.serverCpus} (taskset)`,
+  );
+  progress(
+    `${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart.join(' ')}; ${machine.pinning}; logs in ${dir}`,
+  );
   const results: BenchResults = { scenarios: {}, forgedStoreCommands: null, fixedRate: null, revocation: null, memory: null };
   const failures: string[] = [];
   try {
@@ -114,7 +118,9 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   // in turns, each server after the same warm-up for the same windows.
   const headline: ScenarioSpec[] = [
     { id: 'bare-proxy', title: 'bare @fastify/http-proxy, no auth', target: bare, request: me, gateway: bare, baseline: 'direct' },
-    ...(peer === null ? [] : [{ id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }]),
+    ...(peer === null
+      ? []
+      : [{ id: 'nginx-peer', title: `nginx ${nginx} auth_request + Node check`, target: peer, request: me, gateway: peer, baseline: 'direct' }]),
     { id: 'cache-hit', title: 'tokengate, cached token in header', target: gateway, request: me, gateway, baseline: 'bare-proxy' },
   ];
   await measureInterleaved(
@@ -124,20 +130,39 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
   );
 
   await attempt('query-token', () =>
-    measure(run, { id: 'query-token', title: 'tokengate, access_token in query', target: gateway, request: { method: 'GET', path: `${ROUTES.me}?access_token=${userToken}` }, gateway, baseline: 'cache-hit' }),
+    measure(run, {
+      id: 'query-token',
+      title: 'tokengate, access_token in query',
+      target: gateway,
+      request: { method: 'GET', path: `${ROUTES.me}?access_token=${userToken}` },
+      gateway,
+      baseline: 'cache-hit',
+    }),
   );
   await attempt('form-token', () =>
     measure(run, {
       id: 'form-token',
       title: 'tokengate, POST form access_token',
       target: gateway,
-      request: { method: 'POST', path: ROUTES.tickets, headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `access_token=${userToken}&event=42&quantity=2` },
+      request: {
+        method: 'POST',
+        path: ROUTES.tickets,
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: `access_token=${userToken}&event=42&quantity=2`,
+      },
       gateway,
       baseline: 'cache-hit',
     }),
   );
   await attempt('app-token', () =>
-    measure(run, { id: 'app-token', title: 'tokengate, application token on /events', target: gateway, request: { method: 'GET', path: ROUTES.events, headers: bearer(applicationToken!) }, gateway, baseline: 'cache-hit' }),
+    measure(run, {
+      id: 'app-token',
+      title: 'tokengate, application token on /events',
+      target: gateway,
+      request: { method: 'GET', path: ROUTES.events, headers: bearer(applicationToken!) },
+      gateway,
+      baseline: 'cache-hit',
+    }),
   );
   await attempt('forged', async () => {
     const nextForged = rotation(forgedTokens(minter, 10_000));
@@ -188,7 +213,8 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
       durationSeconds: settings.missMaxSeconds,
       warmupSeconds: 0,
     });
-    if (miss.load.requests + 1 < settings.missTokens) progress(`the cache-miss run stopped after ${settings.missMaxSeconds} s, at ${miss.load.requests + 1} of ${settings.missTokens} tokens`);
+    if (miss.load.requests + 1 < settings.missTokens)
+      progress(`the cache-miss run stopped after ${settings.missMaxSeconds} s, at ${miss.load.requests + 1} of ${settings.missTokens} tokens`);
     if (soak.length >= 2) {
       results.memory = {
         idleBytes,
@@ -207,7 +233,12 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
       id: 'issuance',
       title: 'tokengate, client_credentials issuance (tokens/s)',
       target: gateway,
-      request: { method: 'POST', path: '/oauth/token', headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(organizer) }, body: 'grant_type=client_credentials' },
+      request: {
+        method: 'POST',
+        path: '/oauth/token',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basic(organizer) },
+        body: 'grant_type=client_credentials',
+      },
       gateway,
       baseline: null,
     });
@@ -285,7 +316,8 @@ async function createApplication(gateway: TokengateService, name: string): Promi
   return { clientId: body.client_id, secret: body.client_secret };
 }
 
-const basic = (client: ClientCredentials) => `Basic ${Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.secret)}`).toString('base64')}`;
+const basic = (client: ClientCredentials) =>
+  `Basic ${Buffer.from(`${encodeURIComponent(client.clientId)}:${encodeURIComponent(client.secret)}`).toString('base64')}`;
 
 function report(results: BenchResults, failures: string[], machine: Machine, settings: BenchSettings, seconds: number): number {
   const { only, ...recordedSettings } = settings;

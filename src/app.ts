@@ -71,7 +71,10 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     frameworkErrors: renderError,
     clientErrorHandler: renderClientError,
   });
-  const ops = Fastify({ loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger, logController: new LogController({ disableRequestLogging: true }) });
+  const ops = Fastify({
+    loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
   for (const server of [app, ops]) {
     server.setErrorHandler(renderError);
     server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
@@ -149,7 +152,9 @@ function renderError(error: Error & { statusCode?: number; code?: string }, requ
  */
 function renderClientError(error: Error & { code?: string }, socket: Duplex) {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  const failure = new TokengateError(error.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'INVALID_REQUEST');
+  const failure = new TokengateError(
+    error.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'INVALID_REQUEST',
+  );
   if (socket.writable) socket.end(rawErrorResponse(failure));
   socket.destroy();
 }

@@ -8,24 +8,69 @@ import { STATUS_CODES } from 'node:http';
  */
 export const ERRORS = {
   // RFC 6749 section 5.2 (token endpoint) and 4.1.2.1 (authorization endpoint)
-  INVALID_REQUEST: { status: 400, error: 'invalid_request', description: 'The request is missing a required parameter, includes an unsupported parameter value, repeats a parameter, or is otherwise malformed.' },
-  INVALID_CLIENT: { status: 401, error: 'invalid_client', description: 'Client authentication failed due to unknown client, no client authentication included, or unsupported authentication method.' },
-  INVALID_GRANT: { status: 400, error: 'invalid_grant', description: 'The provided authorization grant is invalid, expired, revoked, does not match the redirection URI used in the authorization request, or was issued to another client.' },
+  INVALID_REQUEST: {
+    status: 400,
+    error: 'invalid_request',
+    description: 'The request is missing a required parameter, includes an unsupported parameter value, repeats a parameter, or is otherwise malformed.',
+  },
+  INVALID_CLIENT: {
+    status: 401,
+    error: 'invalid_client',
+    description: 'Client authentication failed due to unknown client, no client authentication included, or unsupported authentication method.',
+  },
+  INVALID_GRANT: {
+    status: 400,
+    error: 'invalid_grant',
+    description:
+      'The provided authorization grant is invalid, expired, revoked, does not match the redirection URI used in the authorization request, or was issued to another client.',
+  },
   UNAUTHORIZED_CLIENT: { status: 400, error: 'unauthorized_client', description: 'The client is not authorized to use this authorization grant type.' },
-  UNSUPPORTED_GRANT_TYPE: { status: 400, error: 'unsupported_grant_type', description: 'The authorization grant type is not supported by the authorization server.' },
+  UNSUPPORTED_GRANT_TYPE: {
+    status: 400,
+    error: 'unsupported_grant_type',
+    description: 'The authorization grant type is not supported by the authorization server.',
+  },
   INVALID_SCOPE: { status: 400, error: 'invalid_scope', description: 'The requested scope is invalid, unknown, or malformed.' },
-  UNSUPPORTED_RESPONSE_TYPE: { status: 400, error: 'unsupported_response_type', description: 'The authorization server does not support obtaining an authorization code using this method.' },
+  UNSUPPORTED_RESPONSE_TYPE: {
+    status: 400,
+    error: 'unsupported_response_type',
+    description: 'The authorization server does not support obtaining an authorization code using this method.',
+  },
   ACCESS_DENIED: { status: 400, error: 'access_denied', description: 'The resource owner or authorization server denied the request.' },
-  UNSUPPORTED_TOKEN_TYPE: { status: 400, error: 'unsupported_token_type', description: 'The authorization server does not support the revocation of the presented token type.' },
-  UNSUPPORTED_MEDIA_TYPE: { status: 415, error: 'invalid_request', description: 'The request body must be application/x-www-form-urlencoded or application/json.' },
+  UNSUPPORTED_TOKEN_TYPE: {
+    status: 400,
+    error: 'unsupported_token_type',
+    description: 'The authorization server does not support the revocation of the presented token type.',
+  },
+  UNSUPPORTED_MEDIA_TYPE: {
+    status: 415,
+    error: 'invalid_request',
+    description: 'The request body must be application/x-www-form-urlencoded or application/json.',
+  },
   BODY_TOO_LARGE: { status: 413, error: 'invalid_request', description: 'The request body is too large.' },
   HEADERS_TOO_LARGE: { status: 431, error: 'invalid_request', description: 'The request headers are too large.' },
   REQUEST_TIMEOUT: { status: 408, error: 'invalid_request', description: 'The request was not received in time.' },
   // authorization page: shown as an HTML page, never sent to the redirect_uri (RFC 6749 4.1.2.1)
-  UNKNOWN_CLIENT: { status: 400, error: 'invalid_client', description: 'The application asking you to sign in is not registered here (its client_id is missing or unknown).' },
-  INVALID_REDIRECT_URI: { status: 400, error: 'invalid_request', description: 'The application gave a redirect_uri that is missing or not registered for it, so you cannot be sent back to it.' },
-  FORM_EXPIRED: { status: 403, error: 'invalid_request', description: 'This form has expired or did not come from this page. Go back to the application and start again.' },
-  AUTHORIZATION_REQUEST_EXPIRED: { status: 400, error: 'invalid_request', description: 'This sign-in request has expired or was already answered. Go back to the application and start again.' },
+  UNKNOWN_CLIENT: {
+    status: 400,
+    error: 'invalid_client',
+    description: 'The application asking you to sign in is not registered here (its client_id is missing or unknown).',
+  },
+  INVALID_REDIRECT_URI: {
+    status: 400,
+    error: 'invalid_request',
+    description: 'The application gave a redirect_uri that is missing or not registered for it, so you cannot be sent back to it.',
+  },
+  FORM_EXPIRED: {
+    status: 403,
+    error: 'invalid_request',
+    description: 'This form has expired or did not come from this page. Go back to the application and start again.',
+  },
+  AUTHORIZATION_REQUEST_EXPIRED: {
+    status: 400,
+    error: 'invalid_request',
+    description: 'This sign-in request has expired or was already answered. Go back to the application and start again.',
+  },
   USER_SOURCE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'Sign-in is temporarily unavailable. Try again in a few minutes.' },
   // RFC 6750 section 3.1 (resource requests through the gateway)
   TOKEN_MISSING: { status: 401, error: 'invalid_token', description: 'An access token is required.' },
@@ -36,7 +81,12 @@ export const ERRORS = {
   METHOD_NOT_ALLOWED: { status: 405, error: 'method_not_allowed', description: 'This route does not accept this method.' },
   TOO_MANY_REQUESTS: { status: 429, error: 'too_many_requests', description: 'Too many attempts; try again later.' },
   // Retry-After: the client should try again shortly; the store is usually back within seconds.
-  STORE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'The token store is unreachable; try again shortly.', headers: { 'retry-after': '1' } },
+  STORE_UNAVAILABLE: {
+    status: 503,
+    error: 'temporarily_unavailable',
+    description: 'The token store is unreachable; try again shortly.',
+    headers: { 'retry-after': '1' },
+  },
   UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },

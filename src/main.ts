@@ -65,7 +65,7 @@ export const COMMANDS: Record<string, Command> = {
 };
 
 function help(): string {
-  const lines = Object.entries(COMMANDS).map(([name, command]) => `  ${command.usage.padEnd(58)} ${command.summary}`);
+  const lines = Object.entries(COMMANDS).map(([, command]) => `  ${command.usage.padEnd(58)} ${command.summary}`);
   return `tokengate: OAuth 2 issuer and token-checking gateway\n\nUsage:\n${lines.join('\n')}\n  ${'tokengate --version'.padEnd(58)} Print the version.\n\nEvery command reads --config (default: $TOKENGATE_CONFIG or ${DEFAULT_CONFIG}).\n`;
 }
 
@@ -141,7 +141,7 @@ function isEntryPoint(): boolean {
 
 // Run only as the entry point (directly or through the npm bin link), not when tests import COMMANDS.
 if (isEntryPoint()) {
-  main(process.argv.slice(2)).then((code) => {
+  void main(process.argv.slice(2)).then((code) => {
     process.exitCode = code;
   });
 }

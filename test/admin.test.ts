@@ -46,7 +46,11 @@ async function createApplication(overrides: Record<string, unknown> = {}): Promi
 }
 
 async function issueApplicationToken(created: Created): Promise<string> {
-  const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'client_credentials', client_id: created.client_id, client_secret: created.client_secret });
+  const response = await postForm(`${running.baseUrl}/oauth/token`, {
+    grant_type: 'client_credentials',
+    client_id: created.client_id,
+    client_secret: created.client_secret,
+  });
   expect(response.status).toBe(200);
   return ((await response.json()) as { access_token: string }).access_token;
 }
@@ -56,14 +60,22 @@ const isLive = async (token: string) => (await running.store.getAccessToken(toke
 describe('admin API authentication', () => {
   it('requires the admin bearer token on every admin route, compared exactly', async () => {
     for (const token of [null, 'wrong', `${ADMIN_TOKEN}x`, ADMIN_TOKEN.slice(0, -1)]) {
-      for (const [method, path] of [['GET', '/applications'], ['POST', '/applications'], ['GET', '/users'], ['DELETE', '/users/x'], ['POST', '/tokens/revoke']] as const) {
+      for (const [method, path] of [
+        ['GET', '/applications'],
+        ['POST', '/applications'],
+        ['GET', '/users'],
+        ['DELETE', '/users/x'],
+        ['POST', '/tokens/revoke'],
+      ] as const) {
         const response = await admin(method, path, method === 'POST' ? {} : undefined, token);
         expect(response.status, `${method} ${path} with ${token}`).toBe(401);
         expect(response.headers.get('www-authenticate')).toBe('Bearer realm="tokengate admin"');
         expect(await response.json()).toMatchObject({ error: 'unauthorized' });
       }
     }
-    const basic = await fetch(`${running.opsUrl}/admin/applications`, { headers: { authorization: `Basic ${Buffer.from(`x:${ADMIN_TOKEN}`).toString('base64')}` } });
+    const basic = await fetch(`${running.opsUrl}/admin/applications`, {
+      headers: { authorization: `Basic ${Buffer.from(`x:${ADMIN_TOKEN}`).toString('base64')}` },
+    });
     expect(basic.status).toBe(401);
   });
 
@@ -76,7 +88,12 @@ describe('admin API: applications', () => {
   it('creates a confidential application and shows its secret once; the store keeps only the digest', async () => {
     const created = await createApplication({ scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
     expect(Object.keys(created)).toEqual(['client_id', 'client_secret', 'name', 'confidential', 'redirect_uris', 'scopes', 'created_at']);
-    expect(created).toMatchObject({ name: 'Box office', confidential: true, scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
+    expect(created).toMatchObject({
+      name: 'Box office',
+      confidential: true,
+      scopes: ['public', 'write'],
+      redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'],
+    });
     expect(created.client_id).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(created.client_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(await running.store.getApplication(created.client_id)).toMatchObject({ secretDigest: clientSecretDigest(created.client_secret!) });
@@ -94,7 +111,7 @@ describe('admin API: applications', () => {
     await issueApplicationToken(created);
   });
 
-  it('creates a public application without a secret, with the issuer\'s default scopes', async () => {
+  it("creates a public application without a secret, with the issuer's default scopes", async () => {
     const created = await createApplication({ confidential: false });
     expect(created).not.toHaveProperty('client_secret');
     expect(created).toMatchObject({ confidential: false, scopes: ['public'] });
@@ -143,11 +160,18 @@ describe('admin API: applications', () => {
     await expectBadRequest(await admin('POST', '/applications', { name: ' ', redirect_uris: ['https://a.example/cb'] }), 'name must be');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x' }), 'redirect_uris must list at least one');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: 'https://a.example/cb' }), 'list of strings');
-    await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: ['admin'] }), 'unknown scope "admin"');
+    await expectBadRequest(
+      await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: ['admin'] }),
+      'unknown scope "admin"',
+    );
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], scopes: [] }), 'at least one scope');
     await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], confidential: 'yes' }), 'true or false');
     await expectBadRequest(await admin('POST', '/applications', ['x']), 'JSON object');
-    const notJson = await fetch(`${running.opsUrl}/admin/applications`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"name":' });
+    const notJson = await fetch(`${running.opsUrl}/admin/applications`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: '{"name":',
+    });
     expect(notJson.status).toBe(400);
   });
 });
@@ -190,7 +214,13 @@ describe('admin API: users and token revocation', () => {
     const application: TestApplication = { clientId: created.client_id, clientSecret: created.client_secret, redirectUri: 'https://box.example/callback' };
     const exchange = async () => {
       const { code } = await issueAuthorizationCode(running, application, userId);
-      const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri, client_id: created.client_id, client_secret: created.client_secret });
+      const response = await postForm(`${running.baseUrl}/oauth/token`, {
+        grant_type: 'authorization_code',
+        code,
+        redirect_uri: application.redirectUri,
+        client_id: created.client_id,
+        client_secret: created.client_secret,
+      });
       return (await response.json()) as { access_token: string; refresh_token: string };
     };
     const userTokens = await exchange();
@@ -215,7 +245,13 @@ describe('admin API: users and token revocation', () => {
     const created = await createApplication();
     const application: TestApplication = { clientId: created.client_id, clientSecret: created.client_secret, redirectUri: 'https://box.example/callback' };
     const { code } = await issueAuthorizationCode(running, application, userId);
-    const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri, client_id: created.client_id, client_secret: created.client_secret });
+    const response = await postForm(`${running.baseUrl}/oauth/token`, {
+      grant_type: 'authorization_code',
+      code,
+      redirect_uri: application.redirectUri,
+      client_id: created.client_id,
+      client_secret: created.client_secret,
+    });
     const { access_token } = (await response.json()) as { access_token: string };
     expect(await (await admin('DELETE', `/users/${userId}`)).json()).toEqual({ id: userId, deleted: true });
     expect(await isLive(access_token)).toBe(false);

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
@@ -64,7 +65,7 @@ describe('login throttle', () => {
     expectThrottled(await attemptLogin(from(sidecar, '10.1.0.6'), 'a@example.com', 'password-a'));
   });
 
-  it('per account: a successful login clears the account\'s count', async () => {
+  it("per account: a successful login clears the account's count", async () => {
     const client = from(issuer, '10.2.0.1');
     for (let attempt = 0; attempt < 2; attempt += 1) expectIncorrect(await attemptLogin(client, 'b@example.com', 'wrong'));
     expect((await attemptLogin(client, 'b@example.com', 'password-b')).status).toBe(303);
@@ -81,13 +82,13 @@ describe('login throttle', () => {
     expect((await attemptLogin(from(issuer, '10.3.0.2'), 'c@example.com', 'password-c')).status).toBe(303);
   });
 
-  it('per address: successful logins do not use up the address\'s allowance (a shared office address keeps working)', async () => {
+  it("per address: successful logins do not use up the address's allowance (a shared office address keeps working)", async () => {
     const address = '10.4.0.1';
     for (let attempt = 0; attempt < 7; attempt += 1) expect((await attemptLogin(from(issuer, address), 'c@example.com', 'password-c')).status).toBe(303);
   });
 
   it('keeps the counts in the store under digests, never under the e-mail', async () => {
-    const raw = (issuer.store as unknown as { client: import('ioredis').Redis }).client;
+    const raw = (issuer.store as unknown as { client: Redis }).client;
     const keys = await raw.keys(`${issuer.prefix}counter:*`);
     expect(keys).toContain(`${issuer.prefix}counter:login-account:${tokenDigest('a@example.com')}`);
     expect(keys).toContain(`${issuer.prefix}counter:login-address:10.3.0.1`);
@@ -114,18 +115,30 @@ async function startUserService(): Promise<UserService> {
     if (user === 'slow') return; // never answers
     if (body.password !== 'right') return answer(401, '{"error":"invalid"}');
     switch (user) {
-      case 'number': return answer(200, '{"id": 42}');
-      case 'string': return answer(200, '{"id": "u-7", "name": "String"}');
-      case 'forbidden': return answer(403, '{}');
-      case 'missing': return answer(404, '{}');
-      case 'broken': return answer(500, '{"error":"boom"}');
-      case 'unavailable': return answer(503, '{}');
-      case 'noid': return answer(200, '{}');
-      case 'emptyid': return answer(200, '{"id": ""}');
-      case 'objectid': return answer(200, '{"id": {"x": 1}}');
-      case 'notjson': return answer(200, 'welcome!');
-      case 'redirect': return response.writeHead(302, { location: 'http://127.0.0.1:1/' }).end();
-      default: return answer(401, '{}');
+      case 'number':
+        return answer(200, '{"id": 42}');
+      case 'string':
+        return answer(200, '{"id": "u-7", "name": "String"}');
+      case 'forbidden':
+        return answer(403, '{}');
+      case 'missing':
+        return answer(404, '{}');
+      case 'broken':
+        return answer(500, '{"error":"boom"}');
+      case 'unavailable':
+        return answer(503, '{}');
+      case 'noid':
+        return answer(200, '{}');
+      case 'emptyid':
+        return answer(200, '{"id": ""}');
+      case 'objectid':
+        return answer(200, '{"id": {"x": 1}}');
+      case 'notjson':
+        return answer(200, 'welcome!');
+      case 'redirect':
+        return response.writeHead(302, { location: 'http://127.0.0.1:1/' }).end();
+      default:
+        return answer(401, '{}');
     }
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -146,7 +159,10 @@ describe('http user source', () => {
     issuer = await startTokengate('http-users', {
       config: {
         server: { trustProxy: true },
-        issuer: { users: { source: 'http', url: users.url, timeoutMs: 300 }, loginThrottle: { maxAttemptsPerAccount: 2, maxAttemptsPerAddress: 100, windowSeconds: 60 } },
+        issuer: {
+          users: { source: 'http', url: users.url, timeoutMs: 300 },
+          loginThrottle: { maxAttemptsPerAccount: 2, maxAttemptsPerAddress: 100, windowSeconds: 60 },
+        },
       },
     });
     await issuer.store.putApplication(application());
@@ -203,7 +219,10 @@ describe('http user source', () => {
   it('an unreachable user service is "temporarily unavailable" too', async () => {
     const gone = await startUserService();
     await stopServer(gone.server);
-    const other = await startTokengate('http-users-gone', { sharing: issuer, config: { issuer: { users: { source: 'http', url: gone.url, timeoutMs: 300 } } } });
+    const other = await startTokengate('http-users-gone', {
+      sharing: issuer,
+      config: { issuer: { users: { source: 'http', url: gone.url, timeoutMs: 300 } } },
+    });
     try {
       const response = await attemptLogin(new FormClient(other.baseUrl), 'string@example.com', 'right');
       expect(response.status).toBe(503);

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
@@ -29,8 +30,12 @@ beforeAll(async () => {
     },
   });
   await issuer.store.putApplication(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY] }));
-  await issuer.store.putApplication(application({ clientId: 'mobile', name: 'Tickets for iOS', secretDigest: null, confidential: false, redirectUris: [MOBILE_REDIRECT_URI] }));
-  await issuer.store.putApplication(application({ clientId: 'hostile', name: `<script>alert("x")</script> & 'Co'`, redirectUris: ['https://hostile.example/cb'] }));
+  await issuer.store.putApplication(
+    application({ clientId: 'mobile', name: 'Tickets for iOS', secretDigest: null, confidential: false, redirectUris: [MOBILE_REDIRECT_URI] }),
+  );
+  await issuer.store.putApplication(
+    application({ clientId: 'hostile', name: `<script>alert("x")</script> & 'Co'`, redirectUris: ['https://hostile.example/cb'] }),
+  );
   await createUser(issuer.store, 'user-ann', EMAIL, PASSWORD);
 });
 
@@ -44,7 +49,13 @@ function browser(): FormClient {
 }
 
 function request(overrides: Record<string, string | string[] | undefined> = {}): Record<string, string | string[]> {
-  const parameters: Record<string, string | string[] | undefined> = { client_id: 'box-office', redirect_uri: REDIRECT_URI, response_type: 'code', state: 'state-123', ...overrides };
+  const parameters: Record<string, string | string[] | undefined> = {
+    client_id: 'box-office',
+    redirect_uri: REDIRECT_URI,
+    response_type: 'code',
+    state: 'state-123',
+    ...overrides,
+  };
   return Object.fromEntries(Object.entries(parameters).filter((entry): entry is [string, string | string[]] => entry[1] !== undefined));
 }
 
@@ -230,7 +241,9 @@ describe('the sign-in page', () => {
     expect(failed.status).toBe(200);
     expect(failed.text).toContain('<p class="alert" id="login-error" role="alert">The e-mail or password is incorrect.</p>');
     expect(failed.text).toContain(`value="${EMAIL}" aria-invalid="true" aria-describedby="login-error"`);
-    expect(failed.text).toMatch(/<input id="password" name="password" type="password" autocomplete="current-password" required autofocus aria-invalid="true" aria-describedby="login-error">/);
+    expect(failed.text).toMatch(
+      /<input id="password" name="password" type="password" autocomplete="current-password" required autofocus aria-invalid="true" aria-describedby="login-error">/,
+    );
     expect(failed.text).not.toContain('wrong password');
     expect(failed.headers.get('set-cookie')).toBeNull();
 
@@ -245,8 +258,12 @@ describe('the sign-in page', () => {
     const login = await client.get(authorizePath(request()));
     const response = await client.post('/oauth/authorize/login', { ...formFields(login.text), email: ' ', password: '' });
     expect(response.status).toBe(200);
-    expect(response.text).toContain('aria-invalid="true" aria-describedby="email-error">\n<p class="field-error" id="email-error">Enter your e-mail address.</p>');
-    expect(response.text).toContain('aria-invalid="true" aria-describedby="password-error">\n<p class="field-error" id="password-error">Enter your password.</p>');
+    expect(response.text).toContain(
+      'aria-invalid="true" aria-describedby="email-error">\n<p class="field-error" id="email-error">Enter your e-mail address.</p>',
+    );
+    expect(response.text).toContain(
+      'aria-invalid="true" aria-describedby="password-error">\n<p class="field-error" id="password-error">Enter your password.</p>',
+    );
   });
 
   it('accepts the e-mail in any case and with surrounding spaces', async () => {
@@ -254,14 +271,14 @@ describe('the sign-in page', () => {
   });
 });
 
-describe('CSRF: every form needs the session\'s own token', () => {
+describe("CSRF: every form needs the session's own token", () => {
   async function loginForm(): Promise<{ client: FormClient; fields: { csrf_token: string; request_id: string } }> {
     const client = browser();
     const login = await client.get(authorizePath(request()));
     return { client, fields: formFields(login.text) };
   }
 
-  it('a login without a token, with a wrong one, or with another session\'s is refused with 403 and signs nobody in', async () => {
+  it("a login without a token, with a wrong one, or with another session's is refused with 403 and signs nobody in", async () => {
     const { client, fields } = await loginForm();
     const other = await loginForm();
     const last = fields.csrf_token.at(-1);
@@ -311,7 +328,11 @@ describe('CSRF: every form needs the session\'s own token', () => {
     const client = browser();
     await client.get(authorizePath(request()));
     const post = (contentType: string, body: string) =>
-      fetch(new URL('/oauth/authorize/login', issuer.baseUrl), { method: 'POST', headers: { cookie: client.cookieHeader(), 'content-type': contentType }, body });
+      fetch(new URL('/oauth/authorize/login', issuer.baseUrl), {
+        method: 'POST',
+        headers: { cookie: client.cookieHeader(), 'content-type': contentType },
+        body,
+      });
     const xml = await post('application/xml', '<login/>');
     expect(xml.status).toBe(415);
     expect(xml.headers.get('content-type')).toBe('text/html; charset=utf-8');
@@ -350,7 +371,7 @@ describe('sessions', () => {
     const client = browser();
     await client.get(authorizePath(request()));
     const value = client.cookies.get('tokengate_session')!;
-    const raw = (issuer.store as unknown as { client: import('ioredis').Redis }).client;
+    const raw = (issuer.store as unknown as { client: Redis }).client;
     const keys = await raw.keys(`${issuer.prefix}session:*`);
     expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
     expect(keys.some((key) => key.includes(value))).toBe(false);
@@ -403,7 +424,14 @@ describe('consent', () => {
     const stored = await issuer.store.consumeAuthorizationCode(tokenDigest(code));
     expect(stored?.firstUse).toBe(true);
     const record = stored!.record;
-    expect(record).toMatchObject({ clientId: 'box-office', userId: 'user-ann', redirectUri: REDIRECT_URI, scopes: ['public'], codeChallenge: pkce.challenge, codeChallengeMethod: 'S256' });
+    expect(record).toMatchObject({
+      clientId: 'box-office',
+      userId: 'user-ann',
+      redirectUri: REDIRECT_URI,
+      scopes: ['public'],
+      codeChallenge: pkce.challenge,
+      codeChallengeMethod: 'S256',
+    });
     expect(record.familyId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(record.issuedAt).toBeGreaterThanOrEqual(before);
     expect(record.expiresAt - record.issuedAt).toBe(600_000);
@@ -430,7 +458,10 @@ describe('consent', () => {
   it('works for a public client with PKCE and a custom-scheme redirect_uri', async () => {
     const client = browser();
     const pkce = pkcePair();
-    const consent = await signIn(client, request({ client_id: 'mobile', redirect_uri: MOBILE_REDIRECT_URI, code_challenge: pkce.challenge, code_challenge_method: 'S256' }));
+    const consent = await signIn(
+      client,
+      request({ client_id: 'mobile', redirect_uri: MOBILE_REDIRECT_URI, code_challenge: pkce.challenge, code_challenge_method: 'S256' }),
+    );
     expect(consent.headers.get('content-security-policy')).toContain("form-action 'self' com.example.tickets:;");
     const approved = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     const code = redirectedTo(approved, `${MOBILE_REDIRECT_URI}?code=`).get('code')!;
@@ -521,7 +552,12 @@ describe('when the store is unreachable', () => {
 describe('configuration of the pages', () => {
   it('refuses a scope description for a scope the issuer does not know', async () => {
     const { parseConfig } = await import('../src/config/load.js');
-    expect(() => parseConfig('issuer:\n  scopes: [public]\n  scopeDescriptions:\n    admin: Do anything\n', 'pages.yaml')).toThrow(/issuer\.scopeDescriptions\.admin \(line 4\): "admin" is not in issuer\.scopes/);
-    expect(parseConfig('issuer:\n  serviceName: Box Office Live\n', 'pages.yaml').issuer).toMatchObject({ serviceName: 'Box Office Live', scopeDescriptions: { public: 'See your profile and manage your tickets' } });
+    expect(() => parseConfig('issuer:\n  scopes: [public]\n  scopeDescriptions:\n    admin: Do anything\n', 'pages.yaml')).toThrow(
+      /issuer\.scopeDescriptions\.admin \(line 4\): "admin" is not in issuer\.scopes/,
+    );
+    expect(parseConfig('issuer:\n  serviceName: Box Office Live\n', 'pages.yaml').issuer).toMatchObject({
+      serviceName: 'Box Office Live',
+      scopeDescriptions: { public: 'See your profile and manage your tickets' },
+    });
   });
 });

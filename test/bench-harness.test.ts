@@ -6,7 +6,17 @@ import { forgedTokens, rotation } from '../bench/lib/fixtures.js';
 import { LatencyRecorder, percentile, summarizeLoad, type LoadResult, type LoadWindow } from '../bench/lib/load.js';
 import { cacheLookupsBetween, parseCounters } from '../bench/lib/metrics.js';
 import { parseCommandStats } from '../bench/lib/redis.js';
-import { bytesPerCachedEntry, evaluateTargets, markdownTable, ratio, renderRun, scenarioTable, summarizeSoak, type BenchResults, type ScenarioResult } from '../bench/lib/report.js';
+import {
+  bytesPerCachedEntry,
+  evaluateTargets,
+  markdownTable,
+  ratio,
+  renderRun,
+  scenarioTable,
+  summarizeSoak,
+  type BenchResults,
+  type ScenarioResult,
+} from '../bench/lib/report.js';
 import { readSettings } from '../bench/lib/settings.js';
 import { ROUTES, tokengateConfigYaml } from '../bench/lib/tokengate-config.js';
 import { nginxConf } from '../bench/peer/nginx-conf.js';
@@ -16,11 +26,32 @@ import { nginxConf } from '../bench/peer/nginx-conf.js';
 const MB = 1024 * 1024;
 
 function load(requestsPerSecond: number, overrides: Partial<LoadResult> = {}): LoadResult {
-  return { requests: requestsPerSecond * 5, seconds: 5, requestsPerSecond, p50Ms: 1, p99Ms: 2, statuses: { '200': requestsPerSecond * 5 }, errors: 0, unexpected: 0, ...overrides };
+  return {
+    requests: requestsPerSecond * 5,
+    seconds: 5,
+    requestsPerSecond,
+    p50Ms: 1,
+    p99Ms: 2,
+    statuses: { '200': requestsPerSecond * 5 },
+    errors: 0,
+    unexpected: 0,
+    ...overrides,
+  };
 }
 
 function scenario(id: string, requestsPerSecond: number, gatewayCpuMsPer1k: number | null, baseline: string | null): ScenarioResult {
-  return { id, title: id, load: load(requestsPerSecond), gatewayCpuMsPer1k, storeCpuMsPer1k: 0, baseline, cacheLookups: null, serverCpuElsewherePercent: 1, serverCpuStealPercent: 0, loadGeneratorCpuPercent: 20 };
+  return {
+    id,
+    title: id,
+    load: load(requestsPerSecond),
+    gatewayCpuMsPer1k,
+    storeCpuMsPer1k: 0,
+    baseline,
+    cacheLookups: null,
+    serverCpuElsewherePercent: 1,
+    serverCpuStealPercent: 0,
+    loadGeneratorCpuPercent: 20,
+  };
 }
 
 function fullResults(): BenchResults {
@@ -36,7 +67,14 @@ function fullResults(): BenchResults {
     forgedStoreCommands: 0,
     fixedRate: { rate: 2000, direct: load(2000, { p99Ms: 0.4 }), tokengate: load(2000, { p99Ms: 1.6 }) },
     revocation: { samples: 50, p50Ms: 2, p99Ms: 8, maxMs: 9 },
-    memory: { idleBytes: 60 * MB, beforeFillBytes: 70 * MB, filledBytes: 100 * MB, filledHeap: null, cachedEntries: 100_000, soak: { seconds: 60, samples: [80, 90, 70, 80, 84, 82, 90, 74].map((value) => value * MB) } },
+    memory: {
+      idleBytes: 60 * MB,
+      beforeFillBytes: 70 * MB,
+      filledBytes: 100 * MB,
+      filledHeap: null,
+      cachedEntries: 100_000,
+      soak: { seconds: 60, samples: [80, 90, 70, 80, 84, 82, 90, 74].map((value) => value * MB) },
+    },
   };
 }
 
@@ -108,7 +146,13 @@ describe('target evaluation', () => {
     expect(ratio(results, 'cache-hit', 'absent')).toBeNull();
     expect(bytesPerCachedEntry(results.memory!)).toBeCloseTo((30 * MB) / 100_000);
     // samples 80 90 70 80 | 84 82 90 74: two falls of 10% or more (90 -> 70, 90 -> 74)
-    expect(summarizeSoak(results.memory!.soak.samples)).toMatchObject({ firstHalfFloorBytes: 70 * MB, secondHalfFloorBytes: 74 * MB, minBytes: 70 * MB, maxBytes: 90 * MB, collections: 2 });
+    expect(summarizeSoak(results.memory!.soak.samples)).toMatchObject({
+      firstHalfFloorBytes: 70 * MB,
+      secondHalfFloorBytes: 74 * MB,
+      minBytes: 70 * MB,
+      maxBytes: 90 * MB,
+      collections: 2,
+    });
     expect(summarizeSoak(results.memory!.soak.samples).growth).toBeCloseTo(74 / 70 - 1);
   });
 });
@@ -129,8 +173,26 @@ describe('tables', () => {
 
   it('prints a recorded run again: where it ran, then the scenario, measurement and target tables', () => {
     const results = fullResults();
-    const machine = { cpus: 2, cpuModel: 'Test CPU', node: 'v20', nginx: '1.22.1', redis: '7.0', commit: 'abc1234', pinning: 'not pinned', loadAverageAtStart: ['0.10'], loadAverageAtEnd: ['0.20'] };
-    const text = renderRun({ date: '2026-01-01T00:00:00.000Z', machine, settings: { connections: 50, gatewayNodeFlags: [] }, seconds: 150, results, targets: [], failures: [] });
+    const machine = {
+      cpus: 2,
+      cpuModel: 'Test CPU',
+      node: 'v20',
+      nginx: '1.22.1',
+      redis: '7.0',
+      commit: 'abc1234',
+      pinning: 'not pinned',
+      loadAverageAtStart: ['0.10'],
+      loadAverageAtEnd: ['0.20'],
+    };
+    const text = renderRun({
+      date: '2026-01-01T00:00:00.000Z',
+      machine,
+      settings: { connections: 50, gatewayNodeFlags: [] },
+      seconds: 150,
+      results,
+      targets: [],
+      failures: [],
+    });
     expect(text.split('\n')[0]).toBe('2026-01-01T00:00:00.000Z, Test CPU, 2 CPUs, Node v20, nginx 1.22.1, Redis 7.0, commit abc1234');
     expect(text).toContain('| scenario ');
     expect(text).toContain('| revocation seen by a second sidecar |');
@@ -184,7 +246,15 @@ describe('measurement helpers', () => {
     ].join('\n');
     const after = parseCounters(exposition);
     expect(after.get('tokengate_cache_entries')).toBe(10);
-    expect(cacheLookupsBetween(new Map([['tokengate_cache_hits_total', 500], ['tokengate_cache_misses_total', 19]]), after)).toEqual({ hits: 1000, misses: 1 });
+    expect(
+      cacheLookupsBetween(
+        new Map([
+          ['tokengate_cache_hits_total', 500],
+          ['tokengate_cache_misses_total', 19],
+        ]),
+        after,
+      ),
+    ).toEqual({ hits: 1000, misses: 1 });
     expect(cacheLookupsBetween(new Map(), parseCounters('process_cpu_seconds_total 3'))).toBeNull();
   });
 
@@ -198,7 +268,10 @@ describe('measurement helpers', () => {
 
   it('reads settings from the environment and refuses nonsense', () => {
     expect(readSettings({})).toMatchObject({ durationSeconds: 4, soakSeconds: 60, missTokens: 100_000, fixedRate: 2000, only: null, cpuProfileDir: null });
-    expect(readSettings({ BENCH_DURATION: '2', BENCH_ONLY: 'direct, cache-hit' })).toMatchObject({ durationSeconds: 2, only: new Set(['direct', 'cache-hit']) });
+    expect(readSettings({ BENCH_DURATION: '2', BENCH_ONLY: 'direct, cache-hit' })).toMatchObject({
+      durationSeconds: 2,
+      only: new Set(['direct', 'cache-hit']),
+    });
     expect(() => readSettings({ BENCH_DURATION: 'fast' })).toThrow('BENCH_DURATION must be a number');
   });
 });
@@ -206,7 +279,14 @@ describe('measurement helpers', () => {
 describe('generated configs', () => {
   it('gives tokengate a config its own loader accepts, with the run’s Redis, tag key and routes', () => {
     const tokenTagKey = generateTagKey();
-    const yaml = tokengateConfigYaml({ port: 18080, opsPort: 19090, redisUrl: 'redis://127.0.0.1:16379', keyPrefix: 'bench:', tokenTagKey, upstreamUrl: 'http://127.0.0.1:13001' });
+    const yaml = tokengateConfigYaml({
+      port: 18080,
+      opsPort: 19090,
+      redisUrl: 'redis://127.0.0.1:16379',
+      keyPrefix: 'bench:',
+      tokenTagKey,
+      upstreamUrl: 'http://127.0.0.1:13001',
+    });
     const config = parseConfig(yaml, 'bench.yaml', {});
     expect(config.store).toMatchObject({ driver: 'redis', url: 'redis://127.0.0.1:16379', keyPrefix: 'bench:' });
     expect(config.issuer.tokenTagKey).toBe(tokenTagKey);

@@ -55,7 +55,7 @@ async function status(instance: RunningTokengate, path: string, token: string): 
 }
 
 describe('two gateways sharing one Redis', () => {
-  it('a token revoked through one instance\'s /oauth/revoke is refused by the other, which had it cached', async () => {
+  it("a token revoked through one instance's /oauth/revoke is refused by the other, which had it cached", async () => {
     const token = await issueThroughTokenEndpoint(a);
     expect(await status(b, '/api/public/events', token)).toBe(200);
     const hits = await valueOf(metricsOf(b).cacheHits);
@@ -73,7 +73,7 @@ describe('two gateways sharing one Redis', () => {
     expect(await observationsOf(metricsOf(b).revocationDelay)).toBeGreaterThanOrEqual(1);
   });
 
-  it('a user\'s tokens revoked on one instance are refused by the other; another user\'s are not', async () => {
+  it("a user's tokens revoked on one instance are refused by the other; another user's are not", async () => {
     const first = await a.issue({ userId: 'user-revoked' });
     const second = await a.issue({ userId: 'user-revoked', familyId: 'family-2' });
     const other = await a.issue({ userId: 'user-kept' });

@@ -23,7 +23,16 @@ const newDigest = () => tokenDigest(minter.mint());
 const defaults: CacheConfig = { enabled: true, maxEntries: 1000, ttlSeconds: 60, negativeTtlSeconds: 5, negativeMaxEntries: 100, staleIfErrorSeconds: 0 };
 
 function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRecord {
-  return { kind: 'user', clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: Date.now() + 3_600_000, ...overrides };
+  return {
+    kind: 'user',
+    clientId: 'client-a',
+    userId: 'user-1',
+    scopes: ['public'],
+    familyId: 'family-1',
+    issuedAt: Date.now(),
+    expiresAt: Date.now() + 3_600_000,
+    ...overrides,
+  };
 }
 
 let redis: ThrowawayRedis;
@@ -226,7 +235,10 @@ describe('token cache: Redis outages', () => {
 
     redis.pause();
     try {
-      const [uncached, cachedResult] = await Promise.all([outcome(gateway.cache.getAccessToken(uncachedToken)), outcome(gateway.cache.getAccessToken(cachedToken))]);
+      const [uncached, cachedResult] = await Promise.all([
+        outcome(gateway.cache.getAccessToken(uncachedToken)),
+        outcome(gateway.cache.getAccessToken(cachedToken)),
+      ]);
       expect(uncached.answer).toBe('unavailable');
       expect(uncached.ms).toBeGreaterThanOrEqual(COMMAND_TIMEOUT_MS - 5);
       expect(uncached.ms).toBeLessThan(COMMAND_TIMEOUT_MS + MARGIN_MS);
@@ -286,7 +298,13 @@ describe('redis store: a command that failed stays failed', () => {
   // caller was told had failed (a consumed code, a counter) would then be applied behind its back.
   async function expectNotApplied(store: TokenStore, digest: string): Promise<void> {
     await redis.restart();
-    await eventually(async () => (await store.ping().then(() => true, () => false)));
+    await eventually(
+      async () =>
+        await store.ping().then(
+          () => true,
+          () => false,
+        ),
+    );
     await sleep(100);
     const admin = redis.client();
     expect(await admin.exists(`${prefix}at:${digest}`, `${prefix}counter:attempts`)).toBe(0);

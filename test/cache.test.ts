@@ -18,7 +18,16 @@ const newDigest = () => tokenDigest(minter.mint());
 const defaults: CacheConfig = { enabled: true, maxEntries: 1000, ttlSeconds: 60, negativeTtlSeconds: 5, negativeMaxEntries: 100, staleIfErrorSeconds: 0 };
 
 function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRecord {
-  return { kind: 'user', clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: Date.now() + 3_600_000, ...overrides };
+  return {
+    kind: 'user',
+    clientId: 'client-a',
+    userId: 'user-1',
+    scopes: ['public'],
+    familyId: 'family-1',
+    issuedAt: Date.now(),
+    expiresAt: Date.now() + 3_600_000,
+    ...overrides,
+  };
 }
 
 interface Sidecar {
@@ -227,12 +236,20 @@ describe('token cache: revocation', () => {
     expect(await gateway.cache.getAccessToken(digest)).toBeNull();
   });
 
-  it('forgets a deleted user\'s and a deleted application\'s tokens at once', async () => {
+  it("forgets a deleted user's and a deleted application's tokens at once", async () => {
     const { cache } = await sidecar();
     const userToken = newDigest();
     const appToken = newDigest();
     await cache.createUser({ id: 'user-deleted', email: 'deleted@example.com', passwordHash: 'x', createdAt: 1 });
-    await cache.putApplication({ clientId: 'client-deleted', name: 'n', secretDigest: null, redirectUris: [], scopes: ['public'], confidential: false, createdAt: 1 });
+    await cache.putApplication({
+      clientId: 'client-deleted',
+      name: 'n',
+      secretDigest: null,
+      redirectUris: [],
+      scopes: ['public'],
+      confidential: false,
+      createdAt: 1,
+    });
     await cache.saveAccessToken(userToken, accessToken({ userId: 'user-deleted' }));
     await cache.saveAccessToken(appToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-deleted' }));
     expect(await cache.getAccessToken(userToken)).not.toBeNull();

@@ -63,9 +63,30 @@ describe('tokengate apps', () => {
   });
 
   it('creates a public application with several redirect URIs as JSON, lists it and deletes it with its tokens', async () => {
-    const created = await tokengate(withConfig('apps', 'create', '--name', 'Scanner', '--redirect-uri', 'https://scan.example/cb', '--redirect-uri', 'http://127.0.0.1:7000/cb', '--scopes', 'public', '--public', '--json'));
+    const created = await tokengate(
+      withConfig(
+        'apps',
+        'create',
+        '--name',
+        'Scanner',
+        '--redirect-uri',
+        'https://scan.example/cb',
+        '--redirect-uri',
+        'http://127.0.0.1:7000/cb',
+        '--scopes',
+        'public',
+        '--public',
+        '--json',
+      ),
+    );
     expect(created.code).toBe(0);
-    const application = JSON.parse(created.stdout) as { client_id: string; client_secret?: string; confidential: boolean; redirect_uris: string[]; scopes: string[] };
+    const application = JSON.parse(created.stdout) as {
+      client_id: string;
+      client_secret?: string;
+      confidential: boolean;
+      redirect_uris: string[];
+      scopes: string[];
+    };
     expect(application).toMatchObject({ confidential: false, redirect_uris: ['https://scan.example/cb', 'http://127.0.0.1:7000/cb'], scopes: ['public'] });
     expect(application.client_secret).toBeUndefined();
 
@@ -78,27 +99,39 @@ describe('tokengate apps', () => {
     expect((answer as { applications: Array<{ client_id: string }> }).applications.map((each) => each.client_id)).toContain(application.client_id);
 
     const token = running.tokengate.context.minter.mint();
-    await running.store.saveAccessToken(tokenDigest(token), { kind: 'user', clientId: application.client_id, userId: 'u', scopes: ['public'], familyId: 'f', issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+    await running.store.saveAccessToken(tokenDigest(token), {
+      kind: 'user',
+      clientId: application.client_id,
+      userId: 'u',
+      scopes: ['public'],
+      familyId: 'f',
+      issuedAt: Date.now(),
+      expiresAt: Date.now() + 60_000,
+    });
     const deleted = await tokengate(withConfig('apps', 'delete', application.client_id));
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted application ${application.client_id} and revoked its tokens.\n` });
     expect(await running.store.getAccessToken(tokenDigest(token))).toBeNull();
     expect(await running.store.getApplication(application.client_id)).toBeNull();
   });
 
-  it('prints the admin API\'s refusal on one line and exits 1', async () => {
+  it("prints the admin API's refusal on one line and exits 1", async () => {
     const [badUri, unknown] = await Promise.all([
       tokengate(withConfig('apps', 'create', '--name', 'Bad', '--redirect-uri', 'http://evil.example/cb')),
       tokengate(withConfig('apps', 'delete', 'no-such-client')),
     ]);
     expect(badUri).toMatchObject({ code: 1, stdout: '' });
-    expect(badUri.stderr).toBe('tokengate: the admin API refused: redirect_uris: "http://evil.example/cb" must use https (http only on localhost, 127.0.0.1 or [::1])\n');
+    expect(badUri.stderr).toBe(
+      'tokengate: the admin API refused: redirect_uris: "http://evil.example/cb" must use https (http only on localhost, 127.0.0.1 or [::1])\n',
+    );
     expect(unknown).toMatchObject({ code: 1, stderr: 'tokengate: the admin API refused: No application has this client_id.\n' });
   });
 });
 
 describe('tokengate users and tokens', () => {
   it('creates a user from a password on stdin, refuses a duplicate, lists, revokes and deletes', async () => {
-    const created = await tokengate(withConfig('users', 'create', '--email', 'Ana@Example.com', '--password-stdin', '--json'), { stdin: 'correct horse battery\n' });
+    const created = await tokengate(withConfig('users', 'create', '--email', 'Ana@Example.com', '--password-stdin', '--json'), {
+      stdin: 'correct horse battery\n',
+    });
     expect(created.stderr).toBe('');
     const user = JSON.parse(created.stdout) as { id: string; email: string };
     expect(user.email).toBe('ana@example.com');
@@ -117,12 +150,29 @@ describe('tokengate users and tokens', () => {
     expect(answer).toMatchObject({ users: expect.arrayContaining([{ id: user.id, email: 'ana@example.com', created_at: expect.any(String) }]) });
 
     const application = { clientId: `client-${user.id}`, clientSecret: undefined, redirectUri: 'https://box.example/callback' };
-    await running.store.putApplication({ clientId: application.clientId, name: 'n', secretDigest: null, redirectUris: [application.redirectUri], scopes: ['public'], confidential: false, createdAt: Date.now() });
+    await running.store.putApplication({
+      clientId: application.clientId,
+      name: 'n',
+      secretDigest: null,
+      redirectUris: [application.redirectUri],
+      scopes: ['public'],
+      confidential: false,
+      createdAt: Date.now(),
+    });
     const grant = async () => {
       const verifier = 'v'.repeat(43);
       const { createHash } = await import('node:crypto');
-      const { code } = await issueAuthorizationCode(running, application, user.id, { codeChallenge: createHash('sha256').update(verifier).digest('base64url'), codeChallengeMethod: 'S256' });
-      const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: application.redirectUri, client_id: application.clientId });
+      const { code } = await issueAuthorizationCode(running, application, user.id, {
+        codeChallenge: createHash('sha256').update(verifier).digest('base64url'),
+        codeChallengeMethod: 'S256',
+      });
+      const response = await postForm(`${running.baseUrl}/oauth/token`, {
+        grant_type: 'authorization_code',
+        code,
+        code_verifier: verifier,
+        redirect_uri: application.redirectUri,
+        client_id: application.clientId,
+      });
       return ((await response.json()) as { access_token: string }).access_token;
     };
     const first = await grant();
@@ -165,7 +215,9 @@ describe('tokengate CLI: reaching the instance', () => {
     const run = await tokengate(['apps', 'list', '--config', deadConfig]);
     expect(run.code).toBe(1);
     expect(run.stderr.trim().split('\n')).toHaveLength(1);
-    expect(run.stderr).toMatch(/cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+\/admin \(connection refused\): is tokengate serve running with this config\?/);
+    expect(run.stderr).toMatch(
+      /cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+\/admin \(connection refused\): is tokengate serve running with this config\?/,
+    );
   });
 
   it('reports a wrong admin token without printing it', async () => {

@@ -37,7 +37,9 @@ describe('tokengate check', () => {
     expect(derived).toMatchObject({ code: 0, stderr: '', stdout: expect.stringContaining('issuer at http://localhost:8181\n') });
     const mismatched = await runCli(['check', '--config', configs.write('server:\n  port: 8181\nissuer:\n  issuerUrl: http://localhost:8080\n')]);
     expect(mismatched.code).toBe(0);
-    expect(mismatched.stderr).toMatch(/^tokengate: warning: issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/);
+    expect(mismatched.stderr).toMatch(
+      /^tokengate: warning: issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/,
+    );
     expect(mismatched.stdout).toContain('is valid');
   });
 
@@ -72,7 +74,12 @@ describe('tokengate serve', () => {
     serve = await startServe(configs.write(`server:\n  host: 127.0.0.1\n  port: ${port}\nadmin:\n  port: 0\n`));
     const metadata = (await (await fetch(`${serve.publicUrl}/.well-known/oauth-authorization-server`)).json()) as { issuer: string; token_endpoint: string };
     expect(metadata).toMatchObject({ issuer: `http://localhost:${port}`, token_endpoint: `http://localhost:${port}/oauth/token` });
-    const listening = JSON.parse(serve.output().split('\n').find((line) => line.includes('"tokengate listening"'))!) as { issuerUrl: string };
+    const listening = JSON.parse(
+      serve
+        .output()
+        .split('\n')
+        .find((line) => line.includes('"tokengate listening"'))!,
+    ) as { issuerUrl: string };
     expect(listening.issuerUrl).toBe(`http://localhost:${port}`);
     expect(serve.output()).not.toContain('"level":40');
   });
@@ -80,7 +87,10 @@ describe('tokengate serve', () => {
   it('warns when the issuer URL names this machine on another port than the listener', async () => {
     const port = await freePort();
     serve = await startServe(configs.write(`server:\n  host: 127.0.0.1\n  port: ${port}\nadmin:\n  port: 0\nissuer:\n  issuerUrl: http://localhost:1\n`));
-    const warning = serve.output().split('\n').find((line) => line.includes('"level":40'));
+    const warning = serve
+      .output()
+      .split('\n')
+      .find((line) => line.includes('"level":40'));
     expect(warning).toContain(`issuer.issuerUrl (http://localhost:1) names port 1 on this machine, but the public listener is on port ${port} (server.port)`);
   });
 
@@ -128,7 +138,10 @@ describe('tokengate serve', () => {
       // The listener closes at once: a new connection is refused while the old request is still open.
       let refused = false;
       for (let attempt = 0; attempt < 100 && !refused; attempt += 1) {
-        refused = await fetch(`${serve.opsUrl}/healthz`).then(() => false, () => true);
+        refused = await fetch(`${serve.opsUrl}/healthz`).then(
+          () => false,
+          () => true,
+        );
         if (!refused) await new Promise((resolve) => setTimeout(resolve, 20));
       }
       expect(refused).toBe(true);
@@ -145,7 +158,9 @@ describe('tokengate serve', () => {
   });
 
   it('refuses to start with an unreachable Redis, in one paragraph', async () => {
-    const file = configs.write(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: redis://:hunter2-secret@127.0.0.1:1\n  connectTimeoutMs: 300\n  commandTimeoutMs: 300\n`);
+    const file = configs.write(
+      `${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: redis://:hunter2-secret@127.0.0.1:1\n  connectTimeoutMs: 300\n  commandTimeoutMs: 300\n`,
+    );
     const result = await runCli(['serve', '--config', file]);
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^tokengate: cannot start: Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1\S* does not answer .*store\.url.*\n$/);

@@ -66,7 +66,9 @@ describe('config loading', () => {
   });
 
   it('names the missing environment variable and the key that needs it', () => {
-    expect(problemsOf('admin:\n  token: ${ADMIN_TOKEN}\n')).toEqual([{ path: 'admin.token', line: 2, message: expect.stringContaining('environment variable ADMIN_TOKEN is not set') }]);
+    expect(problemsOf('admin:\n  token: ${ADMIN_TOKEN}\n')).toEqual([
+      { path: 'admin.token', line: 2, message: expect.stringContaining('environment variable ADMIN_TOKEN is not set') },
+    ]);
   });
 
   it('refuses an admin listener off loopback without a token, and short tokens', () => {
@@ -89,7 +91,14 @@ describe('config loading', () => {
     upstreams:
       user: http://u
 `);
-    expect(problems.map((problem) => problem.path)).toEqual(['routes[0].upstream', 'routes[1].path', 'routes[2].path', 'routes[2].upstream', 'routes[3].upstream', 'routes[4].upstreams.application']);
+    expect(problems.map((problem) => problem.path)).toEqual([
+      'routes[0].upstream',
+      'routes[1].path',
+      'routes[2].path',
+      'routes[2].upstream',
+      'routes[3].upstream',
+      'routes[4].upstreams.application',
+    ]);
   });
 
   it('checks cross-key rules: default scopes must be known scopes, redis needs a redis URL', () => {
@@ -146,7 +155,9 @@ describe('config warnings', () => {
 
   it('warn when the issuer URL names this machine on another port than the public listener', () => {
     expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "http://localhost:8080" }\n')).toEqual([
-      expect.stringMatching(/^issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/),
+      expect.stringMatching(
+        /^issuer\.issuerUrl \(http:\/\/localhost:8080\) names port 8080 on this machine, but the public listener is on port 8181 \(server\.port\)/,
+      ),
     ]);
     expect(warningsOf('server: { port: 8443 }\nissuer: { issuerUrl: "https://127.0.0.1" }\n')).toEqual([expect.stringContaining('names port 443')]);
     expect(warningsOf('server: { port: 8181 }\nissuer: { issuerUrl: "http://[::1]:8080" }\n')).toEqual([expect.stringContaining('names port 8080')]);

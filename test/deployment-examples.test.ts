@@ -25,7 +25,11 @@ import { copyRepository } from './support/repository.js';
 const read = (file: string) => readFileSync(join(ROOT, file), 'utf8');
 const VERSION = (JSON.parse(read('package.json')) as { version: string }).version;
 /** Variables tokengate reads itself, beside the ones its config file names; NODE_ENV is node's. */
-const PROCESS_VARIABLES = new Set([...read('src/main.ts').matchAll(/process\.env\.([A-Z_]+)/g), ...read('src/cli/command.ts').matchAll(/process\.env\.([A-Z_]+)/g)].map((match) => match[1]!).concat('NODE_ENV'));
+const PROCESS_VARIABLES = new Set(
+  [...read('src/main.ts').matchAll(/process\.env\.([A-Z_]+)/g), ...read('src/cli/command.ts').matchAll(/process\.env\.([A-Z_]+)/g)]
+    .map((match) => match[1]!)
+    .concat('NODE_ENV'),
+);
 
 type Environment = Record<string, string>;
 
@@ -97,7 +101,10 @@ const SERVES: Record<string, string[]> = { user: ['user', 'all'], application: [
 /** The problems of a container's environment for a config: variables set that nothing reads, variables needed but not set. */
 function environmentProblems(configText: string, given: string[], environment: Environment): { unused: string[]; missing: string[] } {
   const { all, required } = variablesOf(configText);
-  return { unused: given.filter((name) => !all.has(name) && !PROCESS_VARIABLES.has(name)), missing: [...required].filter((name) => environment[name] === undefined) };
+  return {
+    unused: given.filter((name) => !all.has(name) && !PROCESS_VARIABLES.has(name)),
+    missing: [...required].filter((name) => environment[name] === undefined),
+  };
 }
 
 let copy: string;
@@ -126,7 +133,10 @@ describe('Dockerfile', () => {
     expect(dockerfile.expose).toEqual([config.server.port, config.admin.port]);
     // With the variable the docs name, the ops listener moves off the loopback, and needs the token.
     expect(() => parseConfig(read('config/tokengate.yaml'), 'image', { ...dockerfile.env, TOKENGATE_ADMIN_HOST: '0.0.0.0' })).toThrow(/admin\.token/);
-    expect(parseConfig(read('config/tokengate.yaml'), 'image', { ...dockerfile.env, TOKENGATE_ADMIN_HOST: '0.0.0.0', TOKENGATE_ADMIN_TOKEN: 'a'.repeat(32) }).admin.host).toBe('0.0.0.0');
+    expect(
+      parseConfig(read('config/tokengate.yaml'), 'image', { ...dockerfile.env, TOKENGATE_ADMIN_HOST: '0.0.0.0', TOKENGATE_ADMIN_TOKEN: 'a'.repeat(32) }).admin
+        .host,
+    ).toBe('0.0.0.0');
   });
 
   it('builds from files the repository has, on the Node.js major version package.json asks for', () => {
@@ -144,7 +154,9 @@ describe('Dockerfile', () => {
     const [, ...args] = dockerfile.healthcheck!;
     // Asynchronously: the instance it checks answers from this process's event loop.
     const check = (port: number) =>
-      new Promise<number | null>((resolveStatus) => spawn(process.execPath, args, { env: { TOKENGATE_ADMIN_PORT: String(port) }, stdio: 'ignore' }).on('close', resolveStatus));
+      new Promise<number | null>((resolveStatus) =>
+        spawn(process.execPath, args, { env: { TOKENGATE_ADMIN_PORT: String(port) }, stdio: 'ignore' }).on('close', resolveStatus),
+      );
     const running = await startTokengate('healthcheck');
     try {
       expect(await check(Number(new URL(running.opsUrl).port))).toBe(0);
@@ -186,7 +198,9 @@ describe('examples/docker-compose.yml', () => {
         expectPinned(service.image!);
         continue;
       }
-      expect(IMAGE_DOCKERFILES[service.image!], `${name} builds ${service.image}`).toBe(posix.join(posix.normalize(posix.join('examples', service.build)), 'Dockerfile').replace(/^\.\//, ''));
+      expect(IMAGE_DOCKERFILES[service.image!], `${name} builds ${service.image}`).toBe(
+        posix.join(posix.normalize(posix.join('examples', service.build)), 'Dockerfile').replace(/^\.\//, ''),
+      );
     }
   });
 
@@ -196,11 +210,15 @@ describe('examples/docker-compose.yml', () => {
     expect(ignoredByGit('examples/tokengate.env')).toBe(true);
     expect(Object.keys(keys()).sort()).toEqual(['TOKENGATE_ADMIN_TOKEN', 'TOKENGATE_TOKEN_TAG_KEY']);
     expect(config().issuer.tokenTagKey).toBe(keys().TOKENGATE_TOKEN_TAG_KEY);
-    expect(environmentProblems(configText(), [...Object.keys(tokengate.environment!), ...Object.keys(keys())], environment())).toEqual({ unused: [], missing: [] });
-    for (const volume of Object.values(services).flatMap((service) => service.volumes ?? [])) expect(existsSync(resolve(ROOT, 'examples', volume.split(':')[0]!)), volume).toBe(true);
+    expect(environmentProblems(configText(), [...Object.keys(tokengate.environment!), ...Object.keys(keys())], environment())).toEqual({
+      unused: [],
+      missing: [],
+    });
+    for (const volume of Object.values(services).flatMap((service) => service.volumes ?? []))
+      expect(existsSync(resolve(ROOT, 'examples', volume.split(':')[0]!)), volume).toBe(true);
   });
 
-  it('publishes the public listener, the ops listener on the host\'s loopback, and lets Prometheus on the network scrape it', () => {
+  it("publishes the public listener, the ops listener on the host's loopback, and lets Prometheus on the network scrape it", () => {
     const { server, admin, issuer } = config();
     expect(server.host).toBe('0.0.0.0');
     expect(isLoopback(admin.host)).toBe(false);
@@ -211,8 +229,12 @@ describe('examples/docker-compose.yml', () => {
       { host: '127.0.0.1', hostPort: String(admin.port), target: String(admin.port) },
     ]);
     expect(issuer.issuerUrl).toBe(`http://localhost:${ports[0]!.hostPort}`);
-    const prometheus = parse(read(posix.join('examples', mounted(services.prometheus!, '/etc/prometheus/prometheus.yml')!))) as { scrape_configs: Array<{ metrics_path: string; static_configs: Array<{ targets: string[] }> }> };
-    expect(prometheus.scrape_configs).toEqual([expect.objectContaining({ metrics_path: '/metrics', static_configs: [{ targets: [`tokengate:${admin.port}`] }] })]);
+    const prometheus = parse(read(posix.join('examples', mounted(services.prometheus!, '/etc/prometheus/prometheus.yml')!))) as {
+      scrape_configs: Array<{ metrics_path: string; static_configs: Array<{ targets: string[] }> }>;
+    };
+    expect(prometheus.scrape_configs).toEqual([
+      expect.objectContaining({ metrics_path: '/metrics', static_configs: [{ targets: [`tokengate:${admin.port}`] }] }),
+    ]);
   });
 
   it('sends every route to an example API that serves it, reachable on the Compose network only, and the store to the Redis service', () => {
@@ -238,15 +260,18 @@ describe('examples/docker-compose.yml', () => {
 
   const client = ['docker compose', 'docker-compose'].find((command) => spawnSync('bash', ['-c', `${command} version`], { stdio: 'ignore' }).status === 0);
   // Skipped only outside CI: .ci/run installs a client when there is none.
-  it.skipIf(client === undefined && process.env.CI !== 'true')(`passes ${client ?? 'a Compose client'}'s own check (config), with the keys in the environment`, () => {
-    expect(client, 'a Compose client (docker compose, or Debian\'s docker-compose)').toBeDefined();
-    const run = spawnSync('bash', ['-c', `${client} config`], { cwd: join(copy, 'examples'), encoding: 'utf8' });
-    expect(run.stderr).toBe('');
-    expect(run.status).toBe(0);
-    const resolved = parse(run.stdout) as { services: Record<string, { environment: Environment }> };
-    expect(Object.keys(resolved.services).sort()).toEqual(Object.keys(services).sort());
-    expect(resolved.services.tokengate!.environment).toMatchObject(keys());
-  });
+  it.skipIf(client === undefined && process.env.CI !== 'true')(
+    `passes ${client ?? 'a Compose client'}'s own check (config), with the keys in the environment`,
+    () => {
+      expect(client, "a Compose client (docker compose, or Debian's docker-compose)").toBeDefined();
+      const run = spawnSync('bash', ['-c', `${client} config`], { cwd: join(copy, 'examples'), encoding: 'utf8' });
+      expect(run.stderr).toBe('');
+      expect(run.status).toBe(0);
+      const resolved = parse(run.stdout) as { services: Record<string, { environment: Environment }> };
+      expect(Object.keys(resolved.services).sort()).toEqual(Object.keys(services).sort());
+      expect(resolved.services.tokengate!.environment).toMatchObject(keys());
+    },
+  );
 });
 
 describe('examples/kubernetes', () => {
@@ -271,12 +296,19 @@ describe('examples/kubernetes', () => {
   interface KubernetesObject {
     kind: string;
     metadata: { name: string; annotations?: Record<string, string> };
-    spec?: { replicas?: number; selector?: unknown; template?: { metadata: { labels: Record<string, string>; annotations?: Record<string, string> }; spec: PodSpec }; ports?: Array<{ name: string; port: number; targetPort: string }> };
+    spec?: {
+      replicas?: number;
+      selector?: unknown;
+      template?: { metadata: { labels: Record<string, string>; annotations?: Record<string, string> }; spec: PodSpec };
+      ports?: Array<{ name: string; port: number; targetPort: string }>;
+    };
     data?: Record<string, string>;
   }
   const directory = 'examples/kubernetes';
   const kustomization = parse(read(`${directory}/kustomization.yaml`)) as { resources: string[]; secretGenerator: Array<{ name: string; envs: string[] }> };
-  const objects = kustomization.resources.flatMap((file) => parseAllDocuments(read(`${directory}/${file}`)).map((document) => document.toJS() as KubernetesObject));
+  const objects = kustomization.resources.flatMap((file) =>
+    parseAllDocuments(read(`${directory}/${file}`)).map((document) => document.toJS() as KubernetesObject),
+  );
   const find = (kind: string, name: string) => objects.find((object) => object.kind === kind && object.metadata.name === name)!;
   const deployment = find('Deployment', 'ticketing-api');
   const pod = deployment.spec!.template!;
@@ -293,7 +325,9 @@ describe('examples/kubernetes', () => {
   const portNamed = (each: Container, name: string) => each.ports?.find((port) => port.name === name)?.containerPort;
 
   it('lists every manifest of its directory, and generates the Secret of keys from an env file git ignores', () => {
-    const files = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', directory], { cwd: ROOT, encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
+    const files = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', directory], { cwd: ROOT, encoding: 'utf8' })
+      .stdout.split('\n')
+      .filter(Boolean);
     expect(files.map((file) => basename(file)).sort()).toEqual(['kustomization.yaml', ...kustomization.resources].sort());
     expect(kustomization.secretGenerator).toEqual([{ name: 'tokengate-keys', envs: ['tokengate.env'] }]);
     expect(ignoredByGit(`${directory}/tokengate.env`)).toBe(true);
@@ -310,12 +344,15 @@ describe('examples/kubernetes', () => {
       expect(spec.securityContext, object.metadata.name).toMatchObject({ runAsNonRoot: true, runAsUser: expect.any(Number) });
       for (const each of spec.containers) {
         if (IMAGE_DOCKERFILES[each.image] === undefined) expectPinned(each.image);
-        expect(each.resources, `${object.metadata.name}/${each.name}`).toMatchObject({ requests: { cpu: expect.any(String), memory: expect.any(String) }, limits: { memory: expect.any(String) } });
+        expect(each.resources, `${object.metadata.name}/${each.name}`).toMatchObject({
+          requests: { cpu: expect.any(String), memory: expect.any(String) },
+          limits: { memory: expect.any(String) },
+        });
       }
     }
   });
 
-  it('gives the sidecar its config from the ConfigMap, which loads with the pod\'s environment: every variable set read, every one needed set', () => {
+  it("gives the sidecar its config from the ConfigMap, which loads with the pod's environment: every variable set read, every one needed set", () => {
     expect(statSync(join(ROOT, IMAGE_DOCKERFILES[TOKENGATE_IMAGE]!)).isFile()).toBe(true);
     expect(config().issuer.tokenTagKey).toBe(keys().TOKENGATE_TOKEN_TAG_KEY);
     expect(config().admin.token).toBe(keys().TOKENGATE_ADMIN_TOKEN);
@@ -343,7 +380,7 @@ describe('examples/kubernetes', () => {
     }
   });
 
-  it('routes every path to the API on the pod\'s loopback, sends the Service to tokengate, and the store to the Redis Service', () => {
+  it("routes every path to the API on the pod's loopback, sends the Service to tokengate, and the store to the Redis Service", () => {
     const { routes, gateway, store, server } = config();
     const apiEnvironment = envOf(api);
     expect(apiEnvironment.HOST).toBe('127.0.0.1');

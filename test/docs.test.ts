@@ -9,7 +9,11 @@ describe('docs/configuration.md', () => {
   it('holds the configuration reference exactly as the schema defines it (key, type, default, meaning), in its order', () => {
     const documented = tableUnder(readDocument('docs/configuration.md'), '## Reference');
     // On failure the expected side holds the rows to paste under "## Reference".
-    expect(documented.join('\n')).toBe(configReferenceRows().map((row) => row.markdown).join('\n'));
+    expect(documented.join('\n')).toBe(
+      configReferenceRows()
+        .map((row) => row.markdown)
+        .join('\n'),
+    );
   });
 });
 
@@ -46,6 +50,10 @@ describe('links between the documents', () => {
     expect(headingAnchor('`GET /oauth/authorize`: sign-in and consent pages')).toBe('get-oauthauthorize-sign-in-and-consent-pages');
     expect(headingAnchor('Walkthrough: client_credentials with curl')).toBe('walkthrough-client_credentials-with-curl');
     expect([...anchorsOf('# A\n\n## Notes\n\n```sh\n# not a heading\n```\n\n## Notes\n')]).toEqual(['a', 'notes', 'notes-1']);
-    expect(linkTargets('[a](one.md) and `[b](two.md)` and [c](three.md#x "title")\n```\n[d](four.md)\n```\n[e]: five.md\n')).toEqual(['one.md', 'three.md#x', 'five.md']);
+    expect(linkTargets('[a](one.md) and `[b](two.md)` and [c](three.md#x "title")\n```\n[d](four.md)\n```\n[e]: five.md\n')).toEqual([
+      'one.md',
+      'three.md#x',
+      'five.md',
+    ]);
   });
 });

@@ -17,7 +17,16 @@ import { application, authorizePath, createUser } from './support/issuer.js';
  */
 
 const CHROMIUM = process.env.TOKENGATE_TEST_CHROMIUM ?? '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-quic', '--no-first-run', '--disable-component-update', '--disable-sync'];
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const EMAIL = 'fan@example.com';
 const PASSWORD = 'front row seats';
 const CLIENT_ID = 'e2e-tickets';
@@ -75,7 +84,10 @@ async function onPage(page: Page, steps: () => Promise<void>): Promise<void> {
     await steps();
   } catch (error) {
     const file = join(await mkdtemp(join(tmpdir(), 'tokengate-e2e-')), 'failure.png');
-    const saved = await page.screenshot({ path: file, fullPage: true }).then(() => true, () => false);
+    const saved = await page.screenshot({ path: file, fullPage: true }).then(
+      () => true,
+      () => false,
+    );
     if (saved && error instanceof Error) error.message += `\nThe page at the failure: ${file}`;
     throw error;
   } finally {
@@ -92,10 +104,18 @@ describe('authorization code flow in headless Chromium', () => {
   beforeAll(async () => {
     callback = await startCallback();
     issuer = await startTokengate('e2e-browser');
-    await issuer.store.putApplication(application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }));
+    await issuer.store.putApplication(
+      application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }),
+    );
     await createUser(issuer.store, 'user-fan', EMAIL, PASSWORD);
     profile = await mkdtemp(join(tmpdir(), 'tokengate-chromium-'));
-    browser = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS, javaScriptEnabled: false, viewport: { width: 1024, height: 760 } });
+    browser = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_ARGS,
+      javaScriptEnabled: false,
+      viewport: { width: 1024, height: 760 },
+    });
   }, 60_000);
 
   afterAll(async () => {
@@ -114,7 +134,14 @@ describe('authorization code flow in headless Chromium', () => {
     });
     const verifier = randomBytes(32).toString('base64url');
     const state = randomBytes(8).toString('hex');
-    const query = { client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', state, code_challenge: createHash('sha256').update(verifier).digest('base64url'), code_challenge_method: 'S256' };
+    const query = {
+      client_id: CLIENT_ID,
+      redirect_uri: callback.redirectUri,
+      response_type: 'code',
+      state,
+      code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+      code_challenge_method: 'S256',
+    };
 
     await onPage(page, async () => {
       await page.goto(`${issuer.baseUrl}${authorizePath(query)}`);
@@ -141,7 +168,12 @@ describe('authorization code flow in headless Chromium', () => {
     const code = answer.get('code')!;
     expect(code).toMatch(/^[A-Za-z0-9_-]{43}$/);
 
-    expect(await redeemCode(issuer, code, callback.redirectUri, verifier)).toEqual({ clientId: CLIENT_ID, userId: 'user-fan', redirectUri: callback.redirectUri, codeChallenge: query.code_challenge });
+    expect(await redeemCode(issuer, code, callback.redirectUri, verifier)).toEqual({
+      clientId: CLIENT_ID,
+      userId: 'user-fan',
+      redirectUri: callback.redirectUri,
+      codeChallenge: query.code_challenge,
+    });
     // No CSP violation (the stylesheet hash holds, form-action let the redirect through), no other error.
     expect(consoleErrors).toEqual([]);
   }, 60_000);
@@ -149,7 +181,11 @@ describe('authorization code flow in headless Chromium', () => {
   it('cannot be framed by another site', async () => {
     const page = await browser.newPage();
     const framer = createServer((_request, response) => {
-      response.writeHead(200, { 'content-type': 'text/html' }).end(`<!doctype html><iframe name="victim" src="${issuer.baseUrl}${authorizePath({ client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', code_challenge: 'a'.repeat(43), code_challenge_method: 'S256' })}"></iframe>`);
+      response
+        .writeHead(200, { 'content-type': 'text/html' })
+        .end(
+          `<!doctype html><iframe name="victim" src="${issuer.baseUrl}${authorizePath({ client_id: CLIENT_ID, redirect_uri: callback.redirectUri, response_type: 'code', code_challenge: 'a'.repeat(43), code_challenge_method: 'S256' })}"></iframe>`,
+        );
     });
     await new Promise<void>((resolve) => framer.listen(0, '127.0.0.1', resolve));
     try {

@@ -51,9 +51,11 @@ describe('examples/ticketing-api behind tokengate', () => {
     if (api) await closeServer(api);
   });
 
-  it('answers /api/public/me with the identity tokengate vouched for, never a credential or a client\'s own identity header', async () => {
+  it("answers /api/public/me with the identity tokengate vouched for, never a credential or a client's own identity header", async () => {
     const token = await gateway.issue({ userId: 'user-ana' });
-    const me = await call(`${gateway.baseUrl}/api/public/me?access_token=${token}`, { headers: { [IDENTITY_HEADERS.userId]: 'user-mallory', [IDENTITY_HEADERS.tokenKind]: 'user' } });
+    const me = await call(`${gateway.baseUrl}/api/public/me?access_token=${token}`, {
+      headers: { [IDENTITY_HEADERS.userId]: 'user-mallory', [IDENTITY_HEADERS.tokenKind]: 'user' },
+    });
     expect(me.status).toBe(200);
     expect(me.body).toMatchObject({ user_id: 'user-ana', scopes: ['public'] });
     expect(me.body.received.identity).toEqual({ user_id: 'user-ana', client_id: 'client-web', scopes: ['public'], token_kind: 'user' });
@@ -66,31 +68,51 @@ describe('examples/ticketing-api behind tokengate', () => {
     const bare = await call(`${apiUrl}/api/public/me`);
     expect(bare.status).toBe(403);
     expect(bare.body).toMatchObject({ error: 'forbidden', received: { identity: null } });
-    const applicationOnUserApi = await call(`${apiUrl}/api/public/tickets`, { headers: { [IDENTITY_HEADERS.clientId]: 'c', [IDENTITY_HEADERS.tokenKind]: 'application' } });
+    const applicationOnUserApi = await call(`${apiUrl}/api/public/tickets`, {
+      headers: { [IDENTITY_HEADERS.clientId]: 'c', [IDENTITY_HEADERS.tokenKind]: 'application' },
+    });
     expect(applicationOnUserApi.status).toBe(403);
     const kindWithoutUser = await call(`${apiUrl}/api/public/me`, { headers: { [IDENTITY_HEADERS.clientId]: 'c', [IDENTITY_HEADERS.tokenKind]: 'user' } });
     expect(kindWithoutUser.status).toBe(403);
   });
 
-  it('keeps each user\'s tickets and each organizer\'s events to themselves', async () => {
-    const [ana, bo, organizer] = await Promise.all([gateway.issue({ userId: 'user-ana' }), gateway.issue({ userId: 'user-bo' }), gateway.issue({ ...APPLICATION_TOKEN })]);
+  it("keeps each user's tickets and each organizer's events to themselves", async () => {
+    const [ana, bo, organizer] = await Promise.all([
+      gateway.issue({ userId: 'user-ana' }),
+      gateway.issue({ userId: 'user-bo' }),
+      gateway.issue({ ...APPLICATION_TOKEN }),
+    ]);
     const bearer = (token: string) => ({ authorization: `Bearer ${token}`, 'content-type': 'application/json' });
-    const bought = await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'POST', headers: bearer(ana), body: JSON.stringify({ event: 'Summer festival' }) });
+    const bought = await call(`${gateway.baseUrl}/api/public/tickets`, {
+      method: 'POST',
+      headers: bearer(ana),
+      body: JSON.stringify({ event: 'Summer festival' }),
+    });
     expect(bought.status).toBe(201);
     expect(bought.body.ticket).toMatchObject({ event: 'Summer festival', user_id: 'user-ana' });
     expect((await call(`${gateway.baseUrl}/api/public/tickets`, { headers: bearer(ana) })).body.tickets).toEqual([bought.body.ticket]);
     expect((await call(`${gateway.baseUrl}/api/public/tickets`, { headers: bearer(bo) })).body.tickets).toEqual([]);
 
-    const created = await call(`${gateway.baseUrl}/api/public/events`, { method: 'POST', headers: bearer(organizer), body: JSON.stringify({ name: 'Winter gala' }) });
+    const created = await call(`${gateway.baseUrl}/api/public/events`, {
+      method: 'POST',
+      headers: bearer(organizer),
+      body: JSON.stringify({ name: 'Winter gala' }),
+    });
     expect(created).toMatchObject({ status: 201, body: { event: { name: 'Winter gala', organizer: APPLICATION_TOKEN.clientId } } });
     expect((await call(`${gateway.baseUrl}/api/public/events`, { headers: bearer(organizer) })).body.events).toEqual([created.body.event]);
   });
 
-  it('answers a bad body, an unknown path and another API\'s path with a JSON error', async () => {
+  it("answers a bad body, an unknown path and another API's path with a JSON error", async () => {
     const token = await gateway.issue({ userId: 'user-ana' });
     const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
-    expect(await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'POST', headers, body: '{"event":' })).toMatchObject({ status: 400, body: { error: 'invalid_request' } });
-    expect(await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'POST', headers, body: '{}' })).toMatchObject({ status: 400, body: { error: 'invalid_request' } });
+    expect(await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'POST', headers, body: '{"event":' })).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_request' },
+    });
+    expect(await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'POST', headers, body: '{}' })).toMatchObject({
+      status: 400,
+      body: { error: 'invalid_request' },
+    });
     expect(await call(`${gateway.baseUrl}/api/public/tickets/x`, { headers })).toMatchObject({ status: 404, body: { error: 'not_found' } });
     expect(await call(`${gateway.baseUrl}/api/public/tickets`, { method: 'DELETE', headers })).toMatchObject({ status: 405 });
 
@@ -98,7 +120,10 @@ describe('examples/ticketing-api behind tokengate', () => {
     try {
       const url = await listen(userOnly);
       const organizerHeaders = { [IDENTITY_HEADERS.clientId]: 'c', [IDENTITY_HEADERS.tokenKind]: 'application' };
-      expect(await call(`${url}/api/public/events`, { headers: organizerHeaders })).toMatchObject({ status: 404, body: { error_description: 'This user API has no /api/public/events.' } });
+      expect(await call(`${url}/api/public/events`, { headers: organizerHeaders })).toMatchObject({
+        status: 404,
+        body: { error_description: 'This user API has no /api/public/events.' },
+      });
     } finally {
       await closeServer(userOnly);
     }
@@ -139,13 +164,18 @@ describe('examples/demo: the demo application', () => {
     expect(started.status).toBe(303);
     const authorize = new URL(started.location!);
     expect(authorize.href.startsWith(`${issuer.baseUrl}/oauth/authorize?`)).toBe(true);
-    expect(Object.fromEntries(authorize.searchParams)).toMatchObject({ response_type: 'code', client_id: clientId, redirect_uri: `${demoUrl}/callback`, code_challenge_method: 'S256' });
+    expect(Object.fromEntries(authorize.searchParams)).toMatchObject({
+      response_type: 'code',
+      client_id: clientId,
+      redirect_uri: `${demoUrl}/callback`,
+      code_challenge_method: 'S256',
+    });
     expect(authorize.searchParams.get('code_challenge')).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(browser.cookies.get('demo_state')).toBe(authorize.searchParams.get('state'));
     expect(started.headers.get('set-cookie')).toMatch(/; HttpOnly; SameSite=Lax;/);
   });
 
-  it('refuses a callback whose state this browser did not start: a forged state, or another browser\'s sign-in', async () => {
+  it("refuses a callback whose state this browser did not start: a forged state, or another browser's sign-in", async () => {
     const forged = await new FormClient(demoUrl).get('/callback?code=x&state=forged');
     expect(forged.status).toBe(400);
     expect(forged.text).toContain('Not a sign-in of this browser');

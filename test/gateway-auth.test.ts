@@ -122,19 +122,34 @@ describe('routing by token kind and scope', () => {
     }
   });
 
-  it('answers a wrong token kind with 403 insufficient_scope naming the route\'s scopes', async () => {
+  it("answers a wrong token kind with 403 insufficient_scope naming the route's scopes", async () => {
     const application = await gateway.issue(APPLICATION_TOKEN);
     const description = 'This route requires a user token.';
-    expectError(await call('/api/public/me', { token: application }), 403, { error: 'insufficient_scope', error_description: description }, `${CHALLENGE}, error="insufficient_scope", error_description="${description}", scope="public"`);
+    expectError(
+      await call('/api/public/me', { token: application }),
+      403,
+      { error: 'insufficient_scope', error_description: description },
+      `${CHALLENGE}, error="insufficient_scope", error_description="${description}", scope="public"`,
+    );
     const user = await gateway.issue();
     const toOrganizer = 'This route requires an application token.';
-    expectError(await call('/api/public/events', { token: user }), 403, { error: 'insufficient_scope', error_description: toOrganizer }, `${CHALLENGE}, error="insufficient_scope", error_description="${toOrganizer}", scope="public"`);
+    expectError(
+      await call('/api/public/events', { token: user }),
+      403,
+      { error: 'insufficient_scope', error_description: toOrganizer },
+      `${CHALLENGE}, error="insufficient_scope", error_description="${toOrganizer}", scope="public"`,
+    );
   });
 
   it('answers a missing scope with 403 insufficient_scope and scope="..." listing every required scope', async () => {
     const user = await gateway.issue({ scopes: ['public'] });
     const description = 'The access token does not grant access to this resource.';
-    expectError(await call('/api/staff/x', { token: user }), 403, { error: 'insufficient_scope', error_description: description }, `${CHALLENGE}, error="insufficient_scope", error_description="${description}", scope="public staff"`);
+    expectError(
+      await call('/api/staff/x', { token: user }),
+      403,
+      { error: 'insufficient_scope', error_description: description },
+      `${CHALLENGE}, error="insufficient_scope", error_description="${description}", scope="public staff"`,
+    );
   });
 });
 
@@ -143,7 +158,12 @@ describe('missing and invalid tokens', () => {
     const answer = await call('/api/public/me');
     expectError(answer, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, CHALLENGE);
     // A credential of another scheme is not a bearer token: the same bare challenge (RFC 6750 3.1).
-    expectError(await call('/api/public/me', { headers: { authorization: 'Basic dXNlcjpwYXNz' } }), 401, { error: 'invalid_token', error_description: 'An access token is required.' }, CHALLENGE);
+    expectError(
+      await call('/api/public/me', { headers: { authorization: 'Basic dXNlcjpwYXNz' } }),
+      401,
+      { error: 'invalid_token', error_description: 'An access token is required.' },
+      CHALLENGE,
+    );
   });
 
   it('answers unknown, revoked and expired tokens with 401 invalid_token', async () => {
@@ -166,7 +186,12 @@ describe('missing and invalid tokens', () => {
     const redis = rawRedis();
     try {
       // Written behind the store's back with a long TTL: the store returns it, the record says it expired.
-      await redis.set(`${gateway.prefix}at:${tokenDigest(token)}`, JSON.stringify({ ...APPLICATION_TOKEN, kind: 'user', userId: 'u', issuedAt: Date.now() - 10_000, expiresAt: Date.now() - 1 }), 'PX', 60_000);
+      await redis.set(
+        `${gateway.prefix}at:${tokenDigest(token)}`,
+        JSON.stringify({ ...APPLICATION_TOKEN, kind: 'user', userId: 'u', issuedAt: Date.now() - 10_000, expiresAt: Date.now() - 1 }),
+        'PX',
+        60_000,
+      );
       expect(await gateway.store.getAccessToken(tokenDigest(token))).not.toBeNull();
       expectError(await call('/api/public/me', { token }), 401, INVALID_TOKEN_BODY, INVALID_TOKEN_CHALLENGE);
     } finally {
@@ -180,7 +205,15 @@ describe('missing and invalid tokens', () => {
     const forgedBefore = await metricValue('tokengate_forged_tokens_total');
     const storeCallsBefore = calls.getAccessToken;
     const reached = await upstreamRequestsDuring(async () => {
-      for (const token of [foreign, 'abc', 'a.b~c+d/e==', 'x'.repeat(43), minted.slice(0, 42), `${minted}A`, minted.replace(/^./, (c) => (c === 'A' ? 'B' : 'A'))]) {
+      for (const token of [
+        foreign,
+        'abc',
+        'a.b~c+d/e==',
+        'x'.repeat(43),
+        minted.slice(0, 42),
+        `${minted}A`,
+        minted.replace(/^./, (c) => (c === 'A' ? 'B' : 'A')),
+      ]) {
         expectError(await call('/api/public/me', { token }), 401, INVALID_TOKEN_BODY, INVALID_TOKEN_CHALLENGE);
       }
       // the same in the query string
@@ -198,7 +231,17 @@ describe('malformed and ambiguous credentials', () => {
     const token = await gateway.issue();
     const description = 'The Authorization header or access_token parameter is not a valid bearer credential.';
     const challenge = `${CHALLENGE}, error="invalid_request", error_description="${description}"`;
-    for (const value of ['Bearer', 'Bearer ', `Bearer ${token} ${token}`, `Bearer ${token},`, `Bearer\t${token}`, `Bearer "${token}"`, `Bearer ${token}=x`, `Bearer tok@en`, 'bearer \u00e9']) {
+    for (const value of [
+      'Bearer',
+      'Bearer ',
+      `Bearer ${token} ${token}`,
+      `Bearer ${token},`,
+      `Bearer\t${token}`,
+      `Bearer "${token}"`,
+      `Bearer ${token}=x`,
+      `Bearer tok@en`,
+      'bearer \u00e9',
+    ]) {
       const answer = await rawAuthorization(value);
       expect({ value, status: answer.status }).toEqual({ value, status: 400 });
       expect(answer.body).toEqual({ error: 'invalid_request', error_description: description });
@@ -226,13 +269,36 @@ describe('malformed and ambiguous credentials', () => {
       expectError(await call(`/api/public/me?access_token=${token}&access%5Ftoken=${other}`), 400, body, challenge);
       const form = new URLSearchParams({ access_token: token, name: 'x' });
       expectError(await call('/api/public/tickets', { method: 'POST', token: other, body: form }), 400, body, challenge);
-      expectError(await call('/api/public/tickets', { method: 'POST', body: `access_token=${token}&access_token=${other}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 400, body, challenge);
-      expectError(await call('/api/public/tickets', { method: 'POST', token, body: JSON.stringify({ access_token: other }), headers: { 'content-type': 'application/json' } }), 400, body, challenge);
+      expectError(
+        await call('/api/public/tickets', {
+          method: 'POST',
+          body: `access_token=${token}&access_token=${other}`,
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        }),
+        400,
+        body,
+        challenge,
+      );
+      expectError(
+        await call('/api/public/tickets', {
+          method: 'POST',
+          token,
+          body: JSON.stringify({ access_token: other }),
+          headers: { 'content-type': 'application/json' },
+        }),
+        400,
+        body,
+        challenge,
+      );
       const twoHeaders = await new Promise<number>((resolve, reject) => {
-        const outgoing = httpRequest(`${gateway.baseUrl}/api/public/me`, { headers: ['authorization', `Bearer ${token}`, 'Authorization', `Bearer ${other}`] }, (response) => {
-          response.resume();
-          resolve(response.statusCode!);
-        });
+        const outgoing = httpRequest(
+          `${gateway.baseUrl}/api/public/me`,
+          { headers: ['authorization', `Bearer ${token}`, 'Authorization', `Bearer ${other}`] },
+          (response) => {
+            response.resume();
+            resolve(response.statusCode!);
+          },
+        );
         outgoing.on('error', reject);
         outgoing.end();
       });
@@ -246,9 +312,19 @@ describe('malformed and ambiguous credentials', () => {
     expect((await call(`/api/public/me?access_token=${token}`)).status).toBe(200);
     expect((await call(`/api/public/me?access_token=${token}`, { method: 'HEAD' })).status).toBe(200);
     const onPost = 'The access_token query parameter is accepted on GET and HEAD requests only.';
-    expectError(await call(`/api/public/tickets?access_token=${token}`, { method: 'POST' }), 400, { error: 'invalid_request', error_description: onPost }, `${CHALLENGE}, error="invalid_request", error_description="${onPost}"`);
+    expectError(
+      await call(`/api/public/tickets?access_token=${token}`, { method: 'POST' }),
+      400,
+      { error: 'invalid_request', error_description: onPost },
+      `${CHALLENGE}, error="invalid_request", error_description="${onPost}"`,
+    );
     const refused = 'This route does not accept the access_token query parameter; send an Authorization header.';
-    expectError(await call(`/api/feed?access_token=${token}`), 400, { error: 'invalid_request', error_description: refused }, `${CHALLENGE}, error="invalid_request", error_description="${refused}"`);
+    expectError(
+      await call(`/api/feed?access_token=${token}`),
+      400,
+      { error: 'invalid_request', error_description: refused },
+      `${CHALLENGE}, error="invalid_request", error_description="${refused}"`,
+    );
     // An empty value is malformed, not missing.
     expect((await call('/api/public/me?access_token=')).status).toBe(400);
   });
@@ -256,7 +332,15 @@ describe('malformed and ambiguous credentials', () => {
   it('takes access_token from a form or JSON POST body only where the route accepts body tokens', async () => {
     const token = await gateway.issue();
     expect((await call('/api/public/tickets', { method: 'POST', body: new URLSearchParams({ access_token: token }) })).status).toBe(200);
-    expect((await call('/api/public/tickets', { method: 'POST', body: JSON.stringify({ access_token: token }), headers: { 'content-type': 'application/json; charset=utf-8' } })).status).toBe(200);
+    expect(
+      (
+        await call('/api/public/tickets', {
+          method: 'POST',
+          body: JSON.stringify({ access_token: token }),
+          headers: { 'content-type': 'application/json; charset=utf-8' },
+        })
+      ).status,
+    ).toBe(200);
     // /api/feed does not read bodies: the parameter is just payload, so there is no credential.
     expect((await call('/api/feed', { method: 'POST', body: new URLSearchParams({ access_token: token }) })).status).toBe(401);
     // Other methods and other media types are not read either.
@@ -284,7 +368,7 @@ describe('route and method errors', () => {
     expect(reached).toBe(0);
   });
 
-  it('returns the request id on errors: the client\'s when it sent one, a fresh one otherwise', async () => {
+  it("returns the request id on errors: the client's when it sent one, a fresh one otherwise", async () => {
     const kept = await call('/api/public/me', { headers: { 'x-request-id': 'trace-abc-123' } });
     expect(kept.headers.get('x-request-id')).toBe('trace-abc-123');
     const generated = await call('/api/public/me');
@@ -297,7 +381,10 @@ describe('an unreachable token store', () => {
     const prefix = uniquePrefix('gateway-store-down');
     const unreachable = createTestRedisStore(prefix, { url: 'redis://127.0.0.1:1', commandTimeoutMs: 200 });
     const upstream = await startUpstream();
-    const down = await startTokengate('gateway-store-down', { config: { gateway: { realm: REALM }, routes: [{ path: '/api/public/me', token: 'user', upstream: upstream.url }] }, store: unreachable });
+    const down = await startTokengate('gateway-store-down', {
+      config: { gateway: { realm: REALM }, routes: [{ path: '/api/public/me', token: 'user', upstream: upstream.url }] },
+      store: unreachable,
+    });
     try {
       const token = down.tokengate.context.minter.mint();
       const response = await fetch(`${down.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
@@ -327,7 +414,9 @@ describe('metrics', () => {
     await call('/api/public/me');
     await call('/nowhere');
     expect(await metricValue('tokengate_gateway_requests_total', { route: '/api/public/me', outcome: 'forwarded', reason: 'ok' })).toBe(before + 1);
-    expect(await metricValue('tokengate_gateway_requests_total', { route: '/api/public/me', outcome: 'denied', reason: 'token_missing' })).toBe(missingBefore + 1);
+    expect(await metricValue('tokengate_gateway_requests_total', { route: '/api/public/me', outcome: 'denied', reason: 'token_missing' })).toBe(
+      missingBefore + 1,
+    );
     expect(await metricValue('tokengate_gateway_requests_total', { route: '(none)', outcome: 'denied', reason: 'not_found' })).toBe(notFoundBefore + 1);
   });
 });
@@ -341,14 +430,23 @@ async function metricValue(name: string, labels: Record<string, string> = {}): P
 /** Sends one Authorization header value byte for byte (fetch would refuse or normalize some). */
 function rawAuthorization(value: string): Promise<{ status: number; body: unknown; challenge: string | undefined; cacheControl: string | undefined }> {
   return new Promise((resolve, reject) => {
-    const outgoing = httpRequest(`${gateway.baseUrl}/api/public/me`, { headers: { authorization: Buffer.from(value, 'utf8').toString('latin1') } }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        resolve({ status: response.statusCode!, body: text === '' ? null : JSON.parse(text), challenge: response.headers['www-authenticate'], cacheControl: response.headers['cache-control'] });
-      });
-    });
+    const outgoing = httpRequest(
+      `${gateway.baseUrl}/api/public/me`,
+      { headers: { authorization: Buffer.from(value, 'utf8').toString('latin1') } },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on('data', (chunk: Buffer) => chunks.push(chunk));
+        response.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          resolve({
+            status: response.statusCode!,
+            body: text === '' ? null : JSON.parse(text),
+            challenge: response.headers['www-authenticate'],
+            cacheControl: response.headers['cache-control'],
+          });
+        });
+      },
+    );
     outgoing.on('error', reject);
     outgoing.end();
   });

@@ -44,7 +44,8 @@ function bodyOf(answer: string): unknown {
 describe('request smuggling shapes', () => {
   // A user-token request whose framing hides a second request for the organizer API behind it.
   const smuggled = () => `GET /api/public/events HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\n\r\n`;
-  const head = (framing: string) => `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nContent-Type: application/octet-stream\r\n${framing}\r\n`;
+  const head = (framing: string) =>
+    `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nContent-Type: application/octet-stream\r\n${framing}\r\n`;
   const shapes: Array<[string, () => string]> = [
     ['Content-Length with Transfer-Encoding', () => `${head('Content-Length: 6\r\nTransfer-Encoding: chunked\r\n')}0\r\n\r\n${smuggled()}`],
     ['Transfer-Encoding before Content-Length', () => `${head('Transfer-Encoding: chunked\r\nContent-Length: 6\r\n')}0\r\n\r\n${smuggled()}`],
@@ -75,7 +76,10 @@ describe('request smuggling shapes', () => {
     const before = { user: userApi.received.length, organizer: organizerApi.received.length };
     const hidden = smuggled();
     const body = `${hidden.length.toString(16)}\r\n${hidden}\r\n0\r\n\r\n`;
-    const answer = await rawRequest(gateway.port, `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${body}`);
+    const answer = await rawRequest(
+      gateway.port,
+      `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${body}`,
+    );
     expect(statusOf(answer)).toBe(200);
     expect(userApi.received.length - before.user).toBe(1);
     expect(userApi.received.at(-1)!.body).toBe('');
@@ -87,7 +91,10 @@ describe('request smuggling shapes', () => {
 describe('oversized and malformed heads', () => {
   it('answers a head larger than server.maxHeaderSize with 431 and forwards nothing', async () => {
     const before = forwardedCount();
-    const answer = await rawRequest(gateway.port, `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nX-Padding: ${'p'.repeat(MAX_HEADER_SIZE)}\r\n\r\n`);
+    const answer = await rawRequest(
+      gateway.port,
+      `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nX-Padding: ${'p'.repeat(MAX_HEADER_SIZE)}\r\n\r\n`,
+    );
     expect(statusOf(answer)).toBe(431);
     expect(bodyOf(answer)).toEqual({ error: 'invalid_request', error_description: 'The request headers are too large.' });
     expect(forwardedCount()).toBe(before);
@@ -95,7 +102,10 @@ describe('oversized and malformed heads', () => {
 
   it('answers a path that is not valid percent-encoded UTF-8 with 400 before routing', async () => {
     for (const path of ['/api/public/tickets/%zz', '/api/public/tickets/%c0%ae', '/api/public/tickets/%']) {
-      const answer = await rawRequest(gateway.port, `GET ${path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nConnection: close\r\n\r\n`);
+      const answer = await rawRequest(
+        gateway.port,
+        `GET ${path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\r\nConnection: close\r\n\r\n`,
+      );
       expect(statusOf(answer)).toBe(400);
       expect(bodyOf(answer)).toEqual({ error: 'invalid_request', error_description: 'The request path is not valid percent-encoded UTF-8.' });
       expect(answer).toMatch(/\r\ncache-control: no-store\r\n/i);
@@ -103,14 +113,21 @@ describe('oversized and malformed heads', () => {
   });
 
   it('answers an Authorization header of a huge made-up token with 401, not a crash or a store call', async () => {
-    const answer = await rawRequest(gateway.port, `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${'a'.repeat(3_000)}\r\nConnection: close\r\n\r\n`);
+    const answer = await rawRequest(
+      gateway.port,
+      `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${'a'.repeat(3_000)}\r\nConnection: close\r\n\r\n`,
+    );
     expect(statusOf(answer)).toBe(401);
     expect(bodyOf(answer)).toEqual({ error: 'invalid_token', error_description: 'The access token is invalid, expired or revoked.' });
   });
 
   it('answers a header value with bytes outside Latin-1 text rules or a bare LF line with 400', async () => {
     const before = forwardedCount();
-    for (const text of [`GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\x00\r\n\r\n`, 'GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nX-Bad\x7f: 1\r\n\r\n', 'GET /api/public/tickets HTTP/9.9\r\nHost: gateway.test\r\n\r\n']) {
+    for (const text of [
+      `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${userToken}\x00\r\n\r\n`,
+      'GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nX-Bad\x7f: 1\r\n\r\n',
+      'GET /api/public/tickets HTTP/9.9\r\nHost: gateway.test\r\n\r\n',
+    ]) {
       expect(statusOf(await rawRequest(gateway.port, text)), JSON.stringify(text)).toBe(400);
     }
     expect(forwardedCount()).toBe(before);
@@ -129,16 +146,27 @@ describe('malformed credentials in bodies and queries', () => {
       ['application/json', '{"access_token": ["a"]}'],
     ];
     for (const [type, body] of cases) {
-      const answer = await rawRequest(gateway.port, `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: ${type}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+      const answer = await rawRequest(
+        gateway.port,
+        `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: ${type}\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+      );
       expect({ body, status: statusOf(answer) }).toEqual({ body, status: 400 });
-      expect(bodyOf(answer)).toEqual({ error: 'invalid_request', error_description: 'The Authorization header or access_token parameter is not a valid bearer credential.' });
+      expect(bodyOf(answer)).toEqual({
+        error: 'invalid_request',
+        error_description: 'The Authorization header or access_token parameter is not a valid bearer credential.',
+      });
     }
-    expect(statusOf(await rawRequest(gateway.port, 'GET /api/public/tickets?access_token=%zz HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n\r\n'))).toBe(400);
+    expect(
+      statusOf(await rawRequest(gateway.port, 'GET /api/public/tickets?access_token=%zz HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n\r\n')),
+    ).toBe(400);
     expect(forwardedCount()).toBe(before);
   });
 
   it('answers a body whose Content-Length exceeds server.bodyLimit with 413 before reading it', async () => {
-    const answer = await rawRequest(gateway.port, `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: application/json\r\nContent-Length: 99999999\r\n\r\n{`);
+    const answer = await rawRequest(
+      gateway.port,
+      `POST /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: application/json\r\nContent-Length: 99999999\r\n\r\n{`,
+    );
     expect(statusOf(answer)).toBe(413);
     expect(bodyOf(answer)).toEqual({ error: 'invalid_request', error_description: 'The request body is too large.' });
     expect(answer).toMatch(/\r\nconnection: close\r\n/i);
@@ -147,7 +175,10 @@ describe('malformed credentials in bodies and queries', () => {
   it('keeps an application token and a JSON body with only an access_token working end to end', async () => {
     const token = await gateway.issue(APPLICATION_TOKEN);
     const body = JSON.stringify({ access_token: token });
-    const answer = await rawRequest(gateway.port, `POST /api/public/events HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+    const answer = await rawRequest(
+      gateway.port,
+      `POST /api/public/events HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    );
     expect(statusOf(answer)).toBe(200);
     expect(organizerApi.received.at(-1)!.body).toBe('{}');
     expect(organizerApi.received.at(-1)!.headers['content-length']).toBe('2');

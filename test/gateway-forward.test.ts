@@ -1,5 +1,5 @@
 import { once } from 'node:events';
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket } from 'undici';
 import { WebSocketServer } from 'ws';
@@ -53,11 +53,20 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gateway?.close();
-  await Promise.all([userApi?.close(), organizerApi?.close(), slowApi?.close(), streamApi && closeServer(streamApi), webSocketApi && closeServer(webSocketApi.server)]);
+  await Promise.all([
+    userApi?.close(),
+    organizerApi?.close(),
+    slowApi?.close(),
+    streamApi && closeServer(streamApi),
+    webSocketApi && closeServer(webSocketApi.server),
+  ]);
 });
 
 /** Sends a request with exactly these raw headers (repeats and case kept) and resolves with the answer. */
-function send(path: string, options: { method?: string; headers?: string[]; body?: string | Buffer } = {}): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+function send(
+  path: string,
+  options: { method?: string; headers?: string[]; body?: string | Buffer } = {},
+): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
   return new Promise((resolve, reject) => {
     const headers = options.headers ?? [];
     if (!headers.some((name, index) => index % 2 === 0 && name.toLowerCase() === 'host')) headers.push('Host', `127.0.0.1:${gateway.port}`);
@@ -101,7 +110,11 @@ describe('the credential never reaches the upstream', () => {
 
   it('removes access_token from a form body, keeps the other pairs byte for byte, and sets Content-Length', async () => {
     const token = await gateway.issue();
-    const answer = await send('/api/public/tickets', { method: 'POST', headers: ['Content-Type', 'application/x-www-form-urlencoded'], body: `event=7&access_token=${token}&note=caf%C3%A9+%26+more&seats=2` });
+    const answer = await send('/api/public/tickets', {
+      method: 'POST',
+      headers: ['Content-Type', 'application/x-www-form-urlencoded'],
+      body: `event=7&access_token=${token}&note=caf%C3%A9+%26+more&seats=2`,
+    });
     expect(answer.status).toBe(200);
     const received = lastReceived();
     expect(received.body).toBe('event=7&note=caf%C3%A9+%26+more&seats=2');
@@ -112,7 +125,11 @@ describe('the credential never reaches the upstream', () => {
 
   it('removes access_token from a JSON body, re-encoded with a correct Content-Length', async () => {
     const token = await gateway.issue();
-    const answer = await send('/api/public/tickets', { method: 'POST', headers: ['Content-Type', 'application/json; charset=utf-8'], body: JSON.stringify({ access_token: token, event: 7, seats: ['A1', 'A2'], note: 'café' }) });
+    const answer = await send('/api/public/tickets', {
+      method: 'POST',
+      headers: ['Content-Type', 'application/json; charset=utf-8'],
+      body: JSON.stringify({ access_token: token, event: 7, seats: ['A1', 'A2'], note: 'café' }),
+    });
     expect(answer.status).toBe(200);
     const received = lastReceived();
     expect(JSON.parse(Buffer.from(received.body, 'latin1').toString('utf8'))).toEqual({ event: 7, seats: ['A1', 'A2'], note: 'café' });
@@ -126,17 +143,29 @@ describe('the credential never reaches the upstream', () => {
     const json = '{ "event" : 7,\n  "big": 12345678901234567890 }';
     await send('/api/public/tickets', { method: 'POST', headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/json'], body: json });
     expect(lastReceived().body).toBe(json);
-    await send('/api/public/tickets', { method: 'POST', headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/x-www-form-urlencoded'], body: 'a=%zz&b=1' });
+    await send('/api/public/tickets', {
+      method: 'POST',
+      headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/x-www-form-urlencoded'],
+      body: 'a=%zz&b=1',
+    });
     expect(lastReceived().body).toBe('a=%zz&b=1');
   });
 
   it('refuses a form or JSON body that does not parse as its Content-Type, or exceeds the body limit, without forwarding', async () => {
     const token = await gateway.issue();
     const before = userApi.received.length;
-    const invalid = await send('/api/public/tickets', { method: 'POST', headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/json'], body: '{"event": 7' });
+    const invalid = await send('/api/public/tickets', {
+      method: 'POST',
+      headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/json'],
+      body: '{"event": 7',
+    });
     expect(invalid.status).toBe(400);
     expect(JSON.parse(invalid.body)).toEqual({ error: 'invalid_request', error_description: 'The request body does not match its Content-Type.' });
-    const tooLarge = await send('/api/public/tickets', { method: 'POST', headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/x-www-form-urlencoded'], body: `a=${'x'.repeat(BODY_LIMIT)}` });
+    const tooLarge = await send('/api/public/tickets', {
+      method: 'POST',
+      headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/x-www-form-urlencoded'],
+      body: `a=${'x'.repeat(BODY_LIMIT)}`,
+    });
     expect(tooLarge.status).toBe(413);
     expect(tooLarge.headers['cache-control']).toBe('no-store');
     expect(userApi.received.length).toBe(before);
@@ -146,7 +175,22 @@ describe('the credential never reaches the upstream', () => {
 describe('identity and forwarding headers', () => {
   it('strips every client-sent identity header (any case, repeated, "_" spellings) and adds the real ones', async () => {
     const token = await gateway.issue({ userId: 'user-42', clientId: 'client-web', scopes: ['public', 'tickets:write'] });
-    const spoofed = ['X-Auth-User-Id', 'admin', 'x-auth-user-id', 'root', 'X-AUTH-SCOPE', 'everything', 'x_auth_user_id', 'admin', 'X_Auth_Client_Id', 'evil', 'x-auth-token-kind', 'application', 'x-Auth-Client-ID', 'evil'];
+    const spoofed = [
+      'X-Auth-User-Id',
+      'admin',
+      'x-auth-user-id',
+      'root',
+      'X-AUTH-SCOPE',
+      'everything',
+      'x_auth_user_id',
+      'admin',
+      'X_Auth_Client_Id',
+      'evil',
+      'x-auth-token-kind',
+      'application',
+      'x-Auth-Client-ID',
+      'evil',
+    ];
     expect((await send('/api/public/tickets', { headers: ['Authorization', `Bearer ${token}`, ...spoofed] })).status).toBe(200);
     const received = lastReceived();
     expect(received.headers['x-auth-user-id']).toBe('user-42');
@@ -170,7 +214,20 @@ describe('identity and forwarding headers', () => {
 
   it('replaces client-sent X-Forwarded-*, Forwarded and X-Real-IP with its own (server.trustProxy off)', async () => {
     const token = await gateway.issue();
-    const forged = ['X-Forwarded-For', '10.9.9.9', 'X-Forwarded-Host', 'admin.internal', 'X-Forwarded-Proto', 'https', 'Forwarded', 'for=10.9.9.9', 'X-Real-IP', '10.9.9.9', 'X_Forwarded_For', '10.9.9.9'];
+    const forged = [
+      'X-Forwarded-For',
+      '10.9.9.9',
+      'X-Forwarded-Host',
+      'admin.internal',
+      'X-Forwarded-Proto',
+      'https',
+      'Forwarded',
+      'for=10.9.9.9',
+      'X-Real-IP',
+      '10.9.9.9',
+      'X_Forwarded_For',
+      '10.9.9.9',
+    ];
     await send('/api/public/me', { headers: ['Authorization', `Bearer ${token}`, 'Host', 'api.example.com', ...forged] });
     const received = lastReceived();
     expect(received.headers['x-forwarded-for']).toBe('127.0.0.1');
@@ -183,10 +240,14 @@ describe('identity and forwarding headers', () => {
   });
 
   it('appends to X-Forwarded-For and keeps X-Forwarded-Proto/-Host when server.trustProxy is on', async () => {
-    const trusting = await startTokengate('gateway-trust', { config: { server: { trustProxy: true }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] } });
+    const trusting = await startTokengate('gateway-trust', {
+      config: { server: { trustProxy: true }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] },
+    });
     try {
       const token = await trusting.issue();
-      const response = await fetch(`${trusting.baseUrl}/api/x`, { headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' } });
+      const response = await fetch(`${trusting.baseUrl}/api/x`, {
+        headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' },
+      });
       expect(response.status).toBe(200);
       const received = lastReceived();
       expect(received.headers['x-forwarded-for']).toBe('203.0.113.9, 127.0.0.1');
@@ -211,7 +272,22 @@ describe('identity and forwarding headers', () => {
     const token = await gateway.issue();
     const answer = await send('/api/public/tickets', {
       method: 'POST',
-      headers: ['Authorization', `Bearer ${token}`, 'Connection', 'keep-alive, X-Secret-Hop', 'X-Secret-Hop', 'v', 'Keep-Alive', 'timeout=5', 'TE', 'trailers', 'Expect', '100-continue', 'Content-Type', 'application/octet-stream'],
+      headers: [
+        'Authorization',
+        `Bearer ${token}`,
+        'Connection',
+        'keep-alive, X-Secret-Hop',
+        'X-Secret-Hop',
+        'v',
+        'Keep-Alive',
+        'timeout=5',
+        'TE',
+        'trailers',
+        'Expect',
+        '100-continue',
+        'Content-Type',
+        'application/octet-stream',
+      ],
       body: 'payload',
     });
     expect(answer.status).toBe(200);
@@ -224,13 +300,16 @@ describe('identity and forwarding headers', () => {
 describe('streaming', () => {
   it('streams the request body to the upstream before the client has finished sending it', async () => {
     const token = await gateway.issue();
-    const outgoing = httpRequest(`${gateway.baseUrl}/api/stream/upload`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' } });
+    const outgoing = httpRequest(`${gateway.baseUrl}/api/stream/upload`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream', 'transfer-encoding': 'chunked' },
+    });
     const answer = once(outgoing, 'response');
     outgoing.write('first-part;');
     // The upstream sees the first chunk while the request is still open: nothing buffers it.
     await withTimeout(streamControl.requestChunk, 'the upstream never saw the first chunk');
     outgoing.end('second-part');
-    const [response] = (await answer) as [import('node:http').IncomingMessage];
+    const [response] = (await answer) as [IncomingMessage];
     const chunks: Buffer[] = [];
     for await (const chunk of response) chunks.push(chunk as Buffer);
     expect(Buffer.concat(chunks).toString()).toBe('first-part;second-part');
@@ -251,7 +330,11 @@ describe('streaming', () => {
   it('streams bodies larger than the body limit when they are not token bodies', async () => {
     const token = await gateway.issue();
     const big = Buffer.alloc(BODY_LIMIT * 8, 'z');
-    const answer = await send('/api/public/tickets', { method: 'PUT', headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/octet-stream', 'Content-Length', String(big.length)], body: big });
+    const answer = await send('/api/public/tickets', {
+      method: 'PUT',
+      headers: ['Authorization', `Bearer ${token}`, 'Content-Type', 'application/octet-stream', 'Content-Length', String(big.length)],
+      body: big,
+    });
     expect(answer.status).toBe(200);
     expect(lastReceived().body.length).toBe(big.length);
   });

@@ -27,7 +27,8 @@ async function loggingGateway(level: string, upstream: Upstream, lines: string[]
   });
 }
 
-const refusals = (lines: string[]) => lines.map((line) => JSON.parse(line) as { level: number; reason?: string; msg: string }).filter((entry) => entry.reason !== undefined);
+const refusals = (lines: string[]) =>
+  lines.map((line) => JSON.parse(line) as { level: number; reason?: string; msg: string }).filter((entry) => entry.reason !== undefined);
 
 describe('gateway refusal logs', () => {
   let upstream: Upstream;

@@ -25,7 +25,9 @@ let tokens: { user: string; application: string };
 
 beforeAll(async () => {
   for (const name of Object.keys(ROUTES) as RouteName[]) upstreams[name] = await startUpstream();
-  gateway = await startTokengate('gateway-paths', { config: { routes: Object.entries(ROUTES).map(([name, route]) => ({ ...route, upstream: upstreams[name as RouteName].url })) } });
+  gateway = await startTokengate('gateway-paths', {
+    config: { routes: Object.entries(ROUTES).map(([name, route]) => ({ ...route, upstream: upstreams[name as RouteName].url })) },
+  });
   tokens = { user: await gateway.issue(), application: await gateway.issue(APPLICATION_TOKEN) };
 });
 
@@ -128,11 +130,19 @@ describe('path confusion', () => {
     expect(ATTEMPTS.length).toBeGreaterThanOrEqual(30);
     for (const [target, kind, outcome] of ATTEMPTS) {
       const before = Object.fromEntries(Object.entries(upstreams).map(([name, upstream]) => [name, upstream.received.length]));
-      const answer = await rawRequest(gateway.port, `GET ${target} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${tokens[kind]}\r\nConnection: close\r\n\r\n`);
-      const reached = Object.entries(upstreams).filter(([name, upstream]) => upstream.received.length !== before[name]).map(([name]) => name);
+      const answer = await rawRequest(
+        gateway.port,
+        `GET ${target} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${tokens[kind]}\r\nConnection: close\r\n\r\n`,
+      );
+      const reached = Object.entries(upstreams)
+        .filter(([name, upstream]) => upstream.received.length !== before[name])
+        .map(([name]) => name);
       if ('refused' in outcome) {
         expect({ target, status: statusOf(answer), reached }).toEqual({ target, status: outcome.refused, reached: [] });
-        expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), target).toEqual({ error: expect.stringMatching(/^[a-z_]+$/), error_description: expect.any(String) });
+        expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)), target).toEqual({
+          error: expect.stringMatching(/^[a-z_]+$/),
+          error_description: expect.any(String),
+        });
       } else {
         expect({ target, status: statusOf(answer), reached }).toEqual({ target, status: 200, reached: [outcome.reaches] });
         const received = upstreams[outcome.reaches].received.at(-1)!.url;
@@ -147,7 +157,36 @@ describe('path confusion', () => {
 
 describe('normalizePath', () => {
   // Pieces that matter to path parsers; random sequences of them probe the normalizer's invariants.
-  const PIECES = ['/', '/', 'a', 'B', '.', '..', '%2e', '%2E', '%2f', '%5C', '\\', ';', '%3b', '%25', '%41', '%7e', '~', '%c0%ae', '%e2%82%ac', '%00', '%', '%zz', '//', ':', '@', '!', '"', '+'];
+  const PIECES = [
+    '/',
+    '/',
+    'a',
+    'B',
+    '.',
+    '..',
+    '%2e',
+    '%2E',
+    '%2f',
+    '%5C',
+    '\\',
+    ';',
+    '%3b',
+    '%25',
+    '%41',
+    '%7e',
+    '~',
+    '%c0%ae',
+    '%e2%82%ac',
+    '%00',
+    '%',
+    '%zz',
+    '//',
+    ':',
+    '@',
+    '!',
+    '"',
+    '+',
+  ];
 
   it('returns only canonical, WHATWG-stable paths without dot or empty segments, and is idempotent', () => {
     let seed = 42;
@@ -165,7 +204,10 @@ describe('normalizePath', () => {
       expect(new URL(`http://upstream.test${path}`).pathname, raw).toBe(path);
       expect(path, raw).not.toMatch(/\/\/|%2F|%5C|%25(2E|2F|5C)|\\/i);
       const segments = decodeURIComponent(path).split('/');
-      expect(segments.some((segment) => segment === '.' || segment === '..'), raw).toBe(false);
+      expect(
+        segments.some((segment) => segment === '.' || segment === '..'),
+        raw,
+      ).toBe(false);
     }
     expect(accepted).toBeGreaterThan(1_000);
   });
@@ -184,15 +226,30 @@ describe('route checks at load', () => {
   const upstream = 'http://127.0.0.1:3001';
 
   it('accepts the shipped ticketing layout and nested prefixes', () => {
-    expect(problemsOf([{ path: '/api/public/me', upstream }, { path: '/api/public/me/settings', upstream, scopes: ['settings'] }])).toEqual([]);
+    expect(
+      problemsOf([
+        { path: '/api/public/me', upstream },
+        { path: '/api/public/me/settings', upstream, scopes: ['settings'] },
+      ]),
+    ).toEqual([]);
   });
 
   it('refuses prefixes that are not canonical, duplicated (also by letter case), or overlap the issuer', () => {
     for (const path of ['api/x', '/api//x', '/api/./x', '/api/../x', '/api/%2e%2e', '/api/%7Ex', '/api/x?y', '/api\\x', '/api/{id}', '/api/%2F']) {
       expect(problemsOf([{ path, upstream }]), path).toEqual([expect.stringMatching(/^routes\[0\]\.path: .*canonical form/)]);
     }
-    expect(problemsOf([{ path: '/api/x', upstream }, { path: '/api/x/', upstream }])).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*already routed by routes\[0\]/)]);
-    expect(problemsOf([{ path: '/api/x', upstream }, { path: '/API/X', upstream }])).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*ignoring letter case/)]);
+    expect(
+      problemsOf([
+        { path: '/api/x', upstream },
+        { path: '/api/x/', upstream },
+      ]),
+    ).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*already routed by routes\[0\]/)]);
+    expect(
+      problemsOf([
+        { path: '/api/x', upstream },
+        { path: '/API/X', upstream },
+      ]),
+    ).toEqual([expect.stringMatching(/^routes\[1\]\.path: .*ignoring letter case/)]);
     for (const path of ['/', '/oauth', '/oauth/token', '/.well-known/x']) {
       expect(problemsOf([{ path, upstream }]), path).toEqual([expect.stringMatching(/^routes\[0\]\.path: .*overlaps the issuer/)]);
     }
@@ -203,12 +260,19 @@ describe('route checks at load', () => {
     expect(problemsOf([{ path: '/a', upstream: 'http://127.0.0.1:3001/v1' }])).toEqual([expect.stringMatching(/^routes\[0\]\.upstream: .*without a path/)]);
     expect(problemsOf([{ path: '/a', upstream: 'ftp://x' }])).toEqual([expect.stringMatching(/must be http or https/)]);
     expect(problemsOf([{ path: '/a', upstream: 'http://u:p@x' }])).toEqual([expect.stringMatching(/must not embed credentials/)]);
-    expect(problemsOf([{ path: '/a', upstream, methods: ['GET', 'TRACE'] }])).toEqual([expect.stringMatching(/^routes\[0\]\.methods\[1\]: "TRACE" is not forwarded/)]);
+    expect(problemsOf([{ path: '/a', upstream, methods: ['GET', 'TRACE'] }])).toEqual([
+      expect.stringMatching(/^routes\[0\]\.methods\[1\]: "TRACE" is not forwarded/),
+    ]);
     expect(problemsOf([{ path: '/a', upstream, scopes: ['a"b'] }])).toEqual([expect.stringMatching(/^routes\[0\]\.scopes\[0\]: .*not a scope token/)]);
   });
 
   it('refuses identity and request id header names that are reserved, repeated or spelt with "_"', () => {
-    const problems = problemsOf([], { gateway: { requestIdHeader: 'X-Auth-Scope', identityHeaders: { userId: 'x_user', clientId: 'Authorization', scope: 'x-auth-scope', tokenKind: 'x-kind' } } });
+    const problems = problemsOf([], {
+      gateway: {
+        requestIdHeader: 'X-Auth-Scope',
+        identityHeaders: { userId: 'x_user', clientId: 'Authorization', scope: 'x-auth-scope', tokenKind: 'x-kind' },
+      },
+    });
     expect(problems).toEqual(
       expect.arrayContaining([
         expect.stringMatching(/^gateway\.identityHeaders\.userId: .*letters, digits/),

@@ -38,8 +38,18 @@ interface Tokens {
 
 async function userTokens(application: TestApplication, scopes = ['public']): Promise<Tokens> {
   const verifier = randomBytes(32).toString('base64url');
-  const { code } = await issueAuthorizationCode(running, application, userId, { scopes, codeChallenge: s256CodeChallenge(verifier), codeChallengeMethod: 'S256' });
-  const response = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: application.redirectUri, ...clientCredentials(application) });
+  const { code } = await issueAuthorizationCode(running, application, userId, {
+    scopes,
+    codeChallenge: s256CodeChallenge(verifier),
+    codeChallengeMethod: 'S256',
+  });
+  const response = await postForm(`${running.baseUrl}/oauth/token`, {
+    grant_type: 'authorization_code',
+    code,
+    code_verifier: verifier,
+    redirect_uri: application.redirectUri,
+    ...clientCredentials(application),
+  });
   expect(response.status).toBe(200);
   return (await response.json()) as Tokens;
 }
@@ -55,13 +65,20 @@ const revoke = (application: TestApplication, token: string, hint?: string) =>
 const introspect = (application: TestApplication, token: string, hint?: string) =>
   postForm(`${running.baseUrl}/oauth/introspect`, { token, token_type_hint: hint, ...clientCredentials(application) });
 
-const tokenInfo = (authorization?: string) =>
-  fetch(`${running.baseUrl}/oauth/token/info`, { headers: authorization === undefined ? {} : { authorization } });
+const tokenInfo = (authorization?: string) => fetch(`${running.baseUrl}/oauth/token/info`, { headers: authorization === undefined ? {} : { authorization } });
 
 /** A value of the right shape without this deployment's tag, which the store nevertheless holds: only the tag check refuses it. */
 async function storedForgery(application: TestApplication): Promise<string> {
   const forged = randomBytes(32).toString('base64url');
-  await running.store.saveAccessToken(tokenDigest(forged), { kind: 'application', clientId: application.clientId, userId: null, scopes: ['public'], familyId: null, issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+  await running.store.saveAccessToken(tokenDigest(forged), {
+    kind: 'application',
+    clientId: application.clientId,
+    userId: null,
+    scopes: ['public'],
+    familyId: null,
+    issuedAt: Date.now(),
+    expiresAt: Date.now() + 60_000,
+  });
   return forged;
 }
 
@@ -107,7 +124,7 @@ describe('POST /oauth/revoke (RFC 7009)', () => {
     await expectRevoked200(await revoke(app, tokens.access_token));
   });
 
-  it('answers 200 for another client\'s token and does not revoke it', async () => {
+  it("answers 200 for another client's token and does not revoke it", async () => {
     const tokens = await userTokens(app);
     await expectRevoked200(await revoke(otherApp, tokens.access_token));
     await expectRevoked200(await revoke(otherApp, tokens.refresh_token!));
@@ -142,7 +159,11 @@ describe('POST /oauth/introspect (RFC 7662)', () => {
   it('describes a live user access token of the caller', async () => {
     const tokens = await userTokens(app, ['public', 'write']);
     const record = (await running.store.getAccessToken(tokenDigest(tokens.access_token)))!;
-    const response = await postForm(`${running.baseUrl}/oauth/introspect`, { token: tokens.access_token }, { authorization: basicAuthorization(app.clientId, app.clientSecret!) });
+    const response = await postForm(
+      `${running.baseUrl}/oauth/introspect`,
+      { token: tokens.access_token },
+      { authorization: basicAuthorization(app.clientId, app.clientSecret!) },
+    );
     expect(response.status).toBe(200);
     expect(response.headers.get('cache-control')).toBe('no-store');
     const body = (await response.json()) as Record<string, unknown>;
@@ -181,7 +202,15 @@ describe('POST /oauth/introspect (RFC 7662)', () => {
     await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'refresh_token', refresh_token: rotated.refresh_token, ...clientCredentials(app) });
     await inactive(rotated.refresh_token!);
     const expiring = running.tokengate.context.minter.mint();
-    await running.store.saveAccessToken(tokenDigest(expiring), { kind: 'application', clientId: app.clientId, userId: null, scopes: ['public'], familyId: null, issuedAt: Date.now(), expiresAt: Date.now() + 150 });
+    await running.store.saveAccessToken(tokenDigest(expiring), {
+      kind: 'application',
+      clientId: app.clientId,
+      userId: null,
+      scopes: ['public'],
+      familyId: null,
+      issuedAt: Date.now(),
+      expiresAt: Date.now() + 150,
+    });
     expect(await (await introspect(app, expiring)).json()).toMatchObject({ active: true });
     await new Promise((resolve) => setTimeout(resolve, 300));
     await inactive(expiring);
@@ -206,7 +235,7 @@ describe('POST /oauth/introspect (RFC 7662)', () => {
 });
 
 describe('GET /oauth/token/info (Doorkeeper)', () => {
-  it('describes the presented access token in Doorkeeper\'s shape', async () => {
+  it("describes the presented access token in Doorkeeper's shape", async () => {
     const tokens = await userTokens(app, ['public', 'write']);
     const record = (await running.store.getAccessToken(tokenDigest(tokens.access_token)))!;
     const response = await tokenInfo(`Bearer ${tokens.access_token}`);
@@ -214,7 +243,13 @@ describe('GET /oauth/token/info (Doorkeeper)', () => {
     expect(response.headers.get('cache-control')).toBe('no-store');
     const body = (await response.json()) as { expires_in: number };
     expect(Object.keys(body)).toEqual(['resource_owner_id', 'scope', 'expires_in', 'application', 'created_at']);
-    expect(body).toEqual({ resource_owner_id: userId, scope: ['public', 'write'], expires_in: expect.any(Number), application: { uid: app.clientId }, created_at: Math.floor(record.issuedAt / 1000) });
+    expect(body).toEqual({
+      resource_owner_id: userId,
+      scope: ['public', 'write'],
+      expires_in: expect.any(Number),
+      application: { uid: app.clientId },
+      created_at: Math.floor(record.issuedAt / 1000),
+    });
     expect(body.expires_in).toBeGreaterThan(7190);
     expect(body.expires_in).toBeLessThanOrEqual(7200);
     // The scheme is case-insensitive (RFC 7235).
@@ -241,7 +276,9 @@ describe('GET /oauth/token/info (Doorkeeper)', () => {
     for (const token of [tokens.access_token, tokens.refresh_token!, running.tokengate.context.minter.mint(), await storedForgery(app), 'x']) {
       const response = await tokenInfo(`Bearer ${token}`);
       expect(response.status).toBe(401);
-      expect(response.headers.get('www-authenticate')).toBe('Bearer realm="tokengate", error="invalid_token", error_description="The access token is invalid, expired or revoked."');
+      expect(response.headers.get('www-authenticate')).toBe(
+        'Bearer realm="tokengate", error="invalid_token", error_description="The access token is invalid, expired or revoked."',
+      );
       expect(await response.json()).toEqual({ error: 'invalid_token', error_description: 'The access token is invalid, expired or revoked.' });
     }
   });

@@ -67,14 +67,20 @@ const isLiveRefresh = async (token: string) => (await running.store.getRefreshTo
 const newVerifier = () => randomBytes(48).toString('base64url');
 
 describe('authorization_code', () => {
-  it('exchanges a code for a user token and a refresh token of the code\'s family, keys in the documented order', async () => {
+  it("exchanges a code for a user token and a refresh token of the code's family, keys in the documented order", async () => {
     const { code, record } = await issueAuthorizationCode(running, app, userId, { scopes: ['public', 'write'] });
     const body = await expectTokens(await exchange(app, code));
     expect(Object.keys(body)).toEqual(['access_token', 'token_type', 'expires_in', 'refresh_token', 'scope', 'created_at']);
     expect(body).toMatchObject({ token_type: 'Bearer', expires_in: 7200, scope: 'public write' });
     expect(body.refresh_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(body.refresh_token).not.toBe(body.access_token);
-    expect(await running.store.getAccessToken(tokenDigest(body.access_token))).toMatchObject({ kind: 'user', clientId: app.clientId, userId, familyId: record.familyId, scopes: ['public', 'write'] });
+    expect(await running.store.getAccessToken(tokenDigest(body.access_token))).toMatchObject({
+      kind: 'user',
+      clientId: app.clientId,
+      userId,
+      familyId: record.familyId,
+      scopes: ['public', 'write'],
+    });
     expect(await running.store.getRefreshToken(tokenDigest(body.refresh_token!))).toMatchObject({ clientId: app.clientId, userId, familyId: record.familyId });
   });
 
@@ -87,7 +93,12 @@ describe('authorization_code', () => {
   });
 
   it('refuses a redirect_uri that differs by one character', async () => {
-    for (const redirectUri of [`${app.redirectUri}/`, app.redirectUri.replace('callback', 'callbacK'), app.redirectUri.slice(0, -1), app.redirectUri.replace('https', 'http')]) {
+    for (const redirectUri of [
+      `${app.redirectUri}/`,
+      app.redirectUri.replace('callback', 'callbacK'),
+      app.redirectUri.slice(0, -1),
+      app.redirectUri.replace('https', 'http'),
+    ]) {
       const { code } = await issueAuthorizationCode(running, app, userId);
       const description = await expectError(await exchange(app, code, { redirect_uri: redirectUri }), 400, 'invalid_grant');
       expect(description).toContain('redirect_uri');
@@ -112,7 +123,15 @@ describe('authorization_code', () => {
     // A value of the right shape without this deployment's tag is refused before the store is asked.
     const forged = randomBytes(32).toString('base64url');
     await running.store.saveAuthorizationCode(tokenDigest(forged), {
-      clientId: app.clientId, userId, redirectUri: app.redirectUri, scopes: ['public'], codeChallenge: null, codeChallengeMethod: null, familyId: 'forged', issuedAt: Date.now(), expiresAt: Date.now() + 60_000,
+      clientId: app.clientId,
+      userId,
+      redirectUri: app.redirectUri,
+      scopes: ['public'],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+      familyId: 'forged',
+      issuedAt: Date.now(),
+      expiresAt: Date.now() + 60_000,
     });
     await expectError(await exchange(app, forged), 400, 'invalid_grant');
   });
@@ -170,7 +189,7 @@ describe('authorization_code with PKCE (RFC 7636, S256)', () => {
     expect(await expectError(await exchange(app, code, { code_verifier: newVerifier() }), 400, 'invalid_grant')).toContain('no code_challenge');
   });
 
-  it('refuses a public client\'s code without a challenge', async () => {
+  it("refuses a public client's code without a challenge", async () => {
     const { code } = await issueAuthorizationCode(running, publicApp, userId);
     expect(await expectError(await exchange(publicApp, code), 400, 'invalid_grant')).toContain('Public clients must use PKCE');
   });
@@ -188,7 +207,11 @@ describe('authorization_code with PKCE (RFC 7636, S256)', () => {
 describe('refresh_token', () => {
   async function grant(application: TestApplication, scopes = ['public', 'write']): Promise<TokenBody> {
     const verifier = newVerifier();
-    const { code } = await issueAuthorizationCode(running, application, userId, { scopes, codeChallenge: s256CodeChallenge(verifier), codeChallengeMethod: 'S256' });
+    const { code } = await issueAuthorizationCode(running, application, userId, {
+      scopes,
+      codeChallenge: s256CodeChallenge(verifier),
+      codeChallengeMethod: 'S256',
+    });
     return expectTokens(await exchange(application, code, { code_verifier: verifier }));
   }
 
@@ -214,7 +237,7 @@ describe('refresh_token', () => {
     await expectError(await refresh(app, second.refresh_token!), 400, 'invalid_grant');
   });
 
-  it('narrows the access token\'s scope on request while the grant keeps its full scope (RFC 6749 6)', async () => {
+  it("narrows the access token's scope on request while the grant keeps its full scope (RFC 6749 6)", async () => {
     const first = await grant(app);
     const narrowed = await expectTokens(await refresh(app, first.refresh_token!, { scope: 'public' }));
     expect(narrowed.scope).toBe('public');
@@ -244,7 +267,9 @@ describe('refresh_token', () => {
   });
 
   it('refuses a missing, unknown or forged refresh token', async () => {
-    expect(await expectError(await postForm(tokenUrl, { grant_type: 'refresh_token', ...clientCredentials(app) }), 400, 'invalid_request')).toBe('Missing required parameter: refresh_token.');
+    expect(await expectError(await postForm(tokenUrl, { grant_type: 'refresh_token', ...clientCredentials(app) }), 400, 'invalid_request')).toBe(
+      'Missing required parameter: refresh_token.',
+    );
     await expectError(await refresh(app, running.tokengate.context.minter.mint()), 400, 'invalid_grant');
     await expectError(await refresh(app, randomBytes(32).toString('base64url')), 400, 'invalid_grant');
     // An access token is not a refresh token.

@@ -4,7 +4,15 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { loggerOptions } from '../src/observability/logger.js';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
-import { basicAuthorization, issueAuthorizationCode, postForm, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import {
+  basicAuthorization,
+  issueAuthorizationCode,
+  postForm,
+  registerApplication,
+  registerUser,
+  startTokengate,
+  type RunningTokengate,
+} from './support/instance.js';
 
 /** Every secret a flow handles, and the log of the instance that handled them at the most verbose level. */
 const lines: string[] = [];
@@ -37,18 +45,46 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
   const wrongSecret = `wrong-${randomBytes(16).toString('hex')}`;
   secrets.push(code, verifier, wrongVerifier, wrongSecret);
 
-  const exchanged = (await (await postForm(token, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: app.redirectUri, client_id: app.clientId, client_secret: app.clientSecret })).json()) as { access_token: string; refresh_token: string };
+  const exchanged = (await (
+    await postForm(token, {
+      grant_type: 'authorization_code',
+      code,
+      code_verifier: verifier,
+      redirect_uri: app.redirectUri,
+      client_id: app.clientId,
+      client_secret: app.clientSecret,
+    })
+  ).json()) as { access_token: string; refresh_token: string };
   secrets.push(exchanged.access_token, exchanged.refresh_token);
   const refused = [
     // replay, which revokes the family and logs a warning
-    await postForm(token, { grant_type: 'authorization_code', code, code_verifier: verifier, redirect_uri: app.redirectUri, client_id: app.clientId, client_secret: app.clientSecret }),
+    await postForm(token, {
+      grant_type: 'authorization_code',
+      code,
+      code_verifier: verifier,
+      redirect_uri: app.redirectUri,
+      client_id: app.clientId,
+      client_secret: app.clientSecret,
+    }),
     await postForm(token, { grant_type: 'client_credentials', client_id: app.clientId, client_secret: wrongSecret }),
     // swapped parameters: the secret arrives as the client id
     await postForm(token, { grant_type: 'client_credentials', client_id: app.clientSecret, client_secret: app.clientId }),
     await postForm(token, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(app.clientId, wrongSecret) }),
     await postForm(`${token}?client_secret=${wrongSecret}&code=${code}`, { grant_type: 'client_credentials' }),
-    await postForm(token, { grant_type: 'refresh_token', refresh_token: exchanged.refresh_token, client_id: other.clientId, client_secret: other.clientSecret }),
-    await postForm(token, { grant_type: 'authorization_code', code: exchanged.access_token, code_verifier: wrongVerifier, redirect_uri: app.redirectUri, client_id: app.clientId, client_secret: app.clientSecret }),
+    await postForm(token, {
+      grant_type: 'refresh_token',
+      refresh_token: exchanged.refresh_token,
+      client_id: other.clientId,
+      client_secret: other.clientSecret,
+    }),
+    await postForm(token, {
+      grant_type: 'authorization_code',
+      code: exchanged.access_token,
+      code_verifier: wrongVerifier,
+      redirect_uri: app.redirectUri,
+      client_id: app.clientId,
+      client_secret: app.clientSecret,
+    }),
     await fetch(token, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"client_secret":"${wrongSecret}",` }),
     await fetch(`${running.baseUrl}/oauth/token/info`, { headers: { authorization: `Bearer ${exchanged.access_token}` } }),
   ];

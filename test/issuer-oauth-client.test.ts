@@ -31,7 +31,10 @@ afterAll(async () => {
 
 /** The authorization step, as /oauth/authorize completes it: a code bound to the library's PKCE challenge. */
 async function authorize(application: TestApplication, codeVerifier: string): Promise<URLSearchParams> {
-  const { code } = await issueAuthorizationCode(running, application, userId, { codeChallenge: await oauth.calculatePKCECodeChallenge(codeVerifier), codeChallengeMethod: 'S256' });
+  const { code } = await issueAuthorizationCode(running, application, userId, {
+    codeChallenge: await oauth.calculatePKCECodeChallenge(codeVerifier),
+    codeChallengeMethod: 'S256',
+  });
   const client: oauth.Client = { client_id: application.clientId };
   return oauth.validateAuthResponse(as, client, new URL(`${application.redirectUri}?code=${code}`), oauth.expectNoState);
 }
@@ -57,13 +60,25 @@ describe('oauth4webapi against tokengate', () => {
     const auth = oauth.ClientSecretBasic(confidential.clientSecret!);
     const codeVerifier = oauth.generateRandomCodeVerifier();
     const callback = await authorize(confidential, codeVerifier);
-    const exchanged = await oauth.processAuthorizationCodeResponse(as, client, await oauth.authorizationCodeGrantRequest(as, client, auth, callback, confidential.redirectUri, codeVerifier, insecure));
+    const exchanged = await oauth.processAuthorizationCodeResponse(
+      as,
+      client,
+      await oauth.authorizationCodeGrantRequest(as, client, auth, callback, confidential.redirectUri, codeVerifier, insecure),
+    );
     expect(exchanged.refresh_token).toBeDefined();
 
-    const refreshed = await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, exchanged.refresh_token!, insecure));
+    const refreshed = await oauth.processRefreshTokenResponse(
+      as,
+      client,
+      await oauth.refreshTokenGrantRequest(as, client, auth, exchanged.refresh_token!, insecure),
+    );
     expect(refreshed.refresh_token).not.toBe(exchanged.refresh_token);
 
-    const introspected = await oauth.processIntrospectionResponse(as, client, await oauth.introspectionRequest(as, client, auth, refreshed.access_token, insecure));
+    const introspected = await oauth.processIntrospectionResponse(
+      as,
+      client,
+      await oauth.introspectionRequest(as, client, auth, refreshed.access_token, insecure),
+    );
     expect(introspected).toMatchObject({ active: true, client_id: confidential.clientId, sub: userId });
 
     await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.refresh_token!, insecure));
@@ -77,17 +92,33 @@ describe('oauth4webapi against tokengate', () => {
     const auth = oauth.None();
     const codeVerifier = oauth.generateRandomCodeVerifier();
     const callback = await authorize(publicApp, codeVerifier);
-    const exchanged = await oauth.processAuthorizationCodeResponse(as, client, await oauth.authorizationCodeGrantRequest(as, client, auth, callback, publicApp.redirectUri, codeVerifier, insecure));
-    const refreshed = await oauth.processRefreshTokenResponse(as, client, await oauth.refreshTokenGrantRequest(as, client, auth, exchanged.refresh_token!, insecure));
+    const exchanged = await oauth.processAuthorizationCodeResponse(
+      as,
+      client,
+      await oauth.authorizationCodeGrantRequest(as, client, auth, callback, publicApp.redirectUri, codeVerifier, insecure),
+    );
+    const refreshed = await oauth.processRefreshTokenResponse(
+      as,
+      client,
+      await oauth.refreshTokenGrantRequest(as, client, auth, exchanged.refresh_token!, insecure),
+    );
     await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.access_token, insecure));
     expect(await running.store.getAccessToken(tokenDigest(refreshed.access_token))).toBeNull();
   });
 
-  it('surfaces tokengate\'s RFC errors through the library', async () => {
+  it("surfaces tokengate's RFC errors through the library", async () => {
     const client: oauth.Client = { client_id: confidential.clientId };
     const codeVerifier = oauth.generateRandomCodeVerifier();
     const callback = await authorize(confidential, codeVerifier);
-    const response = await oauth.authorizationCodeGrantRequest(as, client, oauth.ClientSecretPost(confidential.clientSecret!), callback, confidential.redirectUri, oauth.generateRandomCodeVerifier(), insecure);
+    const response = await oauth.authorizationCodeGrantRequest(
+      as,
+      client,
+      oauth.ClientSecretPost(confidential.clientSecret!),
+      callback,
+      confidential.redirectUri,
+      oauth.generateRandomCodeVerifier(),
+      insecure,
+    );
     await expect(oauth.processAuthorizationCodeResponse(as, client, response)).rejects.toMatchObject({ error: 'invalid_grant', status: 400 });
     const wrongSecret = await oauth.clientCredentialsGrantRequest(as, client, oauth.ClientSecretBasic('wrong'), new URLSearchParams(), insecure);
     // A 401 carries the Basic challenge, which the library reports as such.

@@ -45,7 +45,7 @@ async function expectError(response: Response, status: number, error: string): P
 }
 
 describe('POST /oauth/token: client_credentials and the wire format', () => {
-  it('issues an application token with the ticketing service\'s keys, in order, and no refresh token', async () => {
+  it("issues an application token with the ticketing service's keys, in order, and no refresh token", async () => {
     const before = Math.floor(Date.now() / 1000);
     const response = await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential) });
     expect(response.status).toBe(200);
@@ -65,11 +65,23 @@ describe('POST /oauth/token: client_credentials and the wire format', () => {
   it('accepts HTTP Basic credentials, form-urlencoded inside as RFC 6749 2.3.1 requires', async () => {
     const clientId = `odd id:${Date.now()}`;
     const secret = 'se cr+et:with%odd&chars';
-    await running.store.putApplication({ clientId, name: 'Odd', secretDigest: clientSecretDigest(secret), redirectUris: ['https://odd.example/cb'], scopes: ['public'], confidential: true, createdAt: Date.now() });
+    await running.store.putApplication({
+      clientId,
+      name: 'Odd',
+      secretDigest: clientSecretDigest(secret),
+      redirectUris: ['https://odd.example/cb'],
+      scopes: ['public'],
+      confidential: true,
+      createdAt: Date.now(),
+    });
     const response = await postForm(tokenUrl, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(clientId, secret) });
     expect(response.status).toBe(200);
     // A body client_id naming the same client beside Basic is tolerated.
-    const alsoInBody = await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: clientId }, { authorization: basicAuthorization(clientId, secret) });
+    const alsoInBody = await postForm(
+      tokenUrl,
+      { grant_type: 'client_credentials', client_id: clientId },
+      { authorization: basicAuthorization(clientId, secret) },
+    );
     expect(alsoInBody.status).toBe(200);
   });
 
@@ -86,11 +98,23 @@ describe('POST /oauth/token: client_credentials and the wire format', () => {
   it('grants requested scopes the application holds and refuses the others', async () => {
     const granted = await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'write public' });
     expect(((await granted.json()) as { scope: string }).scope).toBe('write public');
-    const notAllowed = await expectError(await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'admin' }), 400, 'invalid_scope');
+    const notAllowed = await expectError(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'admin' }),
+      400,
+      'invalid_scope',
+    );
     expect(notAllowed.error_description).toContain('may not request: admin');
-    const unknown = await expectError(await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'public root' }), 400, 'invalid_scope');
+    const unknown = await expectError(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'public root' }),
+      400,
+      'invalid_scope',
+    );
     expect(unknown.error_description).toContain('Unknown scope: root');
-    await expectError(await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'pub"lic' }), 400, 'invalid_scope');
+    await expectError(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', ...clientCredentials(confidential), scope: 'pub"lic' }),
+      400,
+      'invalid_scope',
+    );
   });
 
   it('issues 200 concurrent requests 200 distinct tokens, each stored and valid', async () => {
@@ -125,11 +149,14 @@ describe('POST /oauth/token: malformed requests', () => {
     // A body without any Content-Type (fetch always sends one, so a raw request).
     const untyped = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const url = new URL(tokenUrl);
-      const request = httpRequest({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-length': '29' } }, (response) => {
-        let body = '';
-        response.on('data', (chunk: Buffer) => (body += chunk.toString()));
-        response.on('end', () => resolve({ status: response.statusCode!, body }));
-      });
+      const request = httpRequest(
+        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-length': '29' } },
+        (response) => {
+          let body = '';
+          response.on('data', (chunk: Buffer) => (body += chunk.toString()));
+          response.on('end', () => resolve({ status: response.statusCode!, body }));
+        },
+      );
       request.on('error', reject);
       request.end('grant_type=client_credentials');
     });
@@ -195,44 +222,76 @@ describe('POST /oauth/token: client authentication', () => {
   it('refuses an unknown client and a wrong secret alike, without echoing the secret', async () => {
     const wrongSecret = 'not-the-secret-0123456789';
     const unknown = await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: 'nobody', client_secret: wrongSecret }));
-    const wrong = await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: confidential.clientId, client_secret: wrongSecret }));
+    const wrong = await expectInvalidClient(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: confidential.clientId, client_secret: wrongSecret }),
+    );
     expect(wrong.error_description).toBe(unknown.error_description);
     expect(JSON.stringify(wrong)).not.toContain(wrongSecret);
-    await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(confidential.clientId, wrongSecret) }));
+    await expectInvalidClient(
+      await postForm(tokenUrl, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(confidential.clientId, wrongSecret) }),
+    );
     // The secret's digest is not a secret that works.
-    await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: confidential.clientId, client_secret: clientSecretDigest(confidential.clientSecret!) }));
+    await expectInvalidClient(
+      await postForm(tokenUrl, {
+        grant_type: 'client_credentials',
+        client_id: confidential.clientId,
+        client_secret: clientSecretDigest(confidential.clientSecret!),
+      }),
+    );
   });
 
   it('refuses HTTP Basic and a body secret at once (RFC 6749 2.3), and a body client_id naming another client', async () => {
     const both = await expectError(
-      await postForm(tokenUrl, { grant_type: 'client_credentials', client_secret: confidential.clientSecret }, { authorization: basicAuthorization(confidential.clientId, confidential.clientSecret!) }),
+      await postForm(
+        tokenUrl,
+        { grant_type: 'client_credentials', client_secret: confidential.clientSecret },
+        { authorization: basicAuthorization(confidential.clientId, confidential.clientSecret!) },
+      ),
       400,
       'invalid_request',
     );
     expect(both.error_description).toContain('not both');
     await expectError(
-      await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: publicClient.clientId }, { authorization: basicAuthorization(confidential.clientId, confidential.clientSecret!) }),
+      await postForm(
+        tokenUrl,
+        { grant_type: 'client_credentials', client_id: publicClient.clientId },
+        { authorization: basicAuthorization(confidential.clientId, confidential.clientSecret!) },
+      ),
       400,
       'invalid_request',
     );
   });
 
   it('refuses malformed Basic credentials and other schemes', async () => {
-    const headers = ['Basic', 'Basic !!!!', `Basic ${Buffer.from('no-colon').toString('base64')}`, `Basic ${Buffer.from(':secret-only').toString('base64')}`, `Basic ${Buffer.from('%zz:secret').toString('base64')}`, 'Bearer abc', 'Digest username="x"'];
+    const headers = [
+      'Basic',
+      'Basic !!!!',
+      `Basic ${Buffer.from('no-colon').toString('base64')}`,
+      `Basic ${Buffer.from(':secret-only').toString('base64')}`,
+      `Basic ${Buffer.from('%zz:secret').toString('base64')}`,
+      'Bearer abc',
+      'Digest username="x"',
+    ];
     for (const authorization of headers) {
       await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials' }, { authorization }));
     }
   });
 
-  it('requires a confidential client\'s secret', async () => {
+  it("requires a confidential client's secret", async () => {
     const body = await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: confidential.clientId }));
     expect(body.error_description).toContain('client secret');
   });
 
   it('lets a public client identify itself, but not use client_credentials or present a secret', async () => {
-    const body = await expectError(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: publicClient.clientId }), 400, 'unauthorized_client');
+    const body = await expectError(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: publicClient.clientId }),
+      400,
+      'unauthorized_client',
+    );
     expect(body.error_description).toContain('Public clients may not use the client_credentials grant');
-    await expectInvalidClient(await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: publicClient.clientId, client_secret: 'anything-at-all' }));
+    await expectInvalidClient(
+      await postForm(tokenUrl, { grant_type: 'client_credentials', client_id: publicClient.clientId, client_secret: 'anything-at-all' }),
+    );
   });
 });
 

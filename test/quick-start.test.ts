@@ -77,7 +77,8 @@ async function stopDemo(demo: Demo): Promise<void> {
 }
 
 /** The JSON a command printed. */
-const json = (output: string | undefined) => JSON.parse(output ?? '') as Record<string, unknown> & { received: { identity: Record<string, unknown>; headers: Record<string, string> } };
+const json = (output: string | undefined) =>
+  JSON.parse(output ?? '') as Record<string, unknown> & { received: { identity: Record<string, unknown>; headers: Record<string, string> } };
 
 describe('README: Quick start', () => {
   let fresh: string;
@@ -87,7 +88,8 @@ describe('README: Quick start', () => {
 
   beforeAll(async () => {
     const busy = (await Promise.all(DEMO_PORTS.map(async (port) => ((await acceptsConnections(port)) ? port : null)))).filter((port) => port !== null);
-    if (busy.length > 0) throw new Error(`the Quick start listens on ports ${DEMO_PORTS.join(', ')}, and ${busy.join(', ')} answer already: stop what listens there`);
+    if (busy.length > 0)
+      throw new Error(`the Quick start listens on ports ${DEMO_PORTS.join(', ')}, and ${busy.join(', ')} answer already: stop what listens there`);
     fresh = copyRepository('quick-start');
   }, 60_000);
 
@@ -100,7 +102,9 @@ describe('README: Quick start', () => {
   it('has only commands this test runs, and npm test (which CI runs)', () => {
     expect(COMMANDS[0]).toBe('npm ci');
     expect(COMMANDS).toContain(DEMO_COMMAND);
-    const elsewhere = codeBlocks(README, 'sh').flatMap(shellCommands).filter((command) => !COMMANDS.includes(command));
+    const elsewhere = codeBlocks(README, 'sh')
+      .flatMap(shellCommands)
+      .filter((command) => !COMMANDS.includes(command));
     expect(elsewhere).toEqual(['npm test']);
   });
 
@@ -110,7 +114,9 @@ describe('README: Quick start', () => {
     demo = await startDemo(fresh);
     outputs = await runCommands(COMMANDS.slice(demoAt + 1), fresh);
 
-    const registered = (await (await fetch('http://127.0.0.1:9090/admin/applications')).json()) as { applications: Array<{ client_id: string; name: string; confidential: boolean }> };
+    const registered = (await (await fetch('http://127.0.0.1:9090/admin/applications')).json()) as {
+      applications: Array<{ client_id: string; name: string; confidential: boolean }>;
+    };
     const boxOffice = registered.applications.find((application) => application.name === 'Box office')!;
     expect(boxOffice.confidential).toBe(true);
     const events = json(outputs.find((output) => output.includes('"events"')));
@@ -139,7 +145,11 @@ describe('README: Quick start', () => {
 
     expect(await page.locator('#code').textContent()).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(await page.locator('#token-status').textContent()).toBe('200');
-    expect(JSON.parse((await page.locator('#token-response').textContent())!)).toMatchObject({ token_type: 'Bearer', scope: 'public', refresh_token: '(received; not shown)' });
+    expect(JSON.parse((await page.locator('#token-response').textContent())!)).toMatchObject({
+      token_type: 'Bearer',
+      scope: 'public',
+      refresh_token: '(received; not shown)',
+    });
     expect(await page.locator('#me-status').textContent()).toBe('200');
     const me = json((await page.locator('#me-response').textContent())!);
     expect(me).toMatchObject({ user_id: userId, scopes: ['public'] });
@@ -147,7 +157,7 @@ describe('README: Quick start', () => {
     expect(me.received.headers.authorization).toBeUndefined();
   }, 120_000);
 
-  it('serves the issuer page\'s client_credentials walkthrough as written', async () => {
+  it("serves the issuer page's client_credentials walkthrough as written", async () => {
     expect(outputs, 'the commands ran').toBeDefined();
     const walkthrough = codeBlocks(sectionOf(readDocument('docs/issuer.md'), '## Walkthrough: client_credentials with curl'), 'sh').flatMap(shellCommands);
     expect(walkthrough.length).toBeGreaterThan(5);

@@ -13,7 +13,16 @@ const newDigest = () => tokenDigest(minter.mint());
 const inOneHour = () => Date.now() + 3_600_000;
 
 function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRecord {
-  return { kind: 'user', clientId: 'client-a', userId: 'user-1', scopes: ['public'], familyId: 'family-1', issuedAt: Date.now(), expiresAt: inOneHour(), ...overrides };
+  return {
+    kind: 'user',
+    clientId: 'client-a',
+    userId: 'user-1',
+    scopes: ['public'],
+    familyId: 'family-1',
+    issuedAt: Date.now(),
+    expiresAt: inOneHour(),
+    ...overrides,
+  };
 }
 
 function refreshToken(overrides: Partial<RefreshTokenRecord> = {}): RefreshTokenRecord {
@@ -92,7 +101,15 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
   });
 
   it('keeps applications, lists them and deletes them', async () => {
-    const app = { clientId: 'client-a', name: 'Box office', secretDigest: 'abc', redirectUris: ['https://app.example/cb'], scopes: ['public'], confidential: true, createdAt: 1 };
+    const app = {
+      clientId: 'client-a',
+      name: 'Box office',
+      secretDigest: 'abc',
+      redirectUris: ['https://app.example/cb'],
+      scopes: ['public'],
+      confidential: true,
+      createdAt: 1,
+    };
     await store.putApplication(app);
     await store.putApplication({ ...app, clientId: 'client-b', name: 'Scanner', secretDigest: null, confidential: false });
     expect(await store.getApplication('client-a')).toEqual(app);
@@ -103,7 +120,15 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
   });
 
   it('returns copies: mutating a returned record changes nothing stored', async () => {
-    await store.putApplication({ clientId: 'c', name: 'n', secretDigest: null, redirectUris: ['https://a/cb'], scopes: ['public'], confidential: false, createdAt: 1 });
+    await store.putApplication({
+      clientId: 'c',
+      name: 'n',
+      secretDigest: null,
+      redirectUris: ['https://a/cb'],
+      scopes: ['public'],
+      confidential: false,
+      createdAt: 1,
+    });
     const first = await store.getApplication('c');
     first!.redirectUris.push('https://evil/cb');
     expect((await store.getApplication('c'))!.redirectUris).toEqual(['https://a/cb']);
@@ -123,9 +148,23 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
 
   it('lets an authorization code be consumed once and shows every replay', async () => {
     const digest = newDigest();
-    const record = { clientId: 'client-a', userId: 'user-1', redirectUri: 'https://app.example/cb', scopes: ['public'], codeChallenge: null, codeChallengeMethod: null, familyId: 'f', issuedAt: Date.now(), expiresAt: Date.now() + 600_000 };
+    const record = {
+      clientId: 'client-a',
+      userId: 'user-1',
+      redirectUri: 'https://app.example/cb',
+      scopes: ['public'],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+      familyId: 'f',
+      issuedAt: Date.now(),
+      expiresAt: Date.now() + 600_000,
+    };
     await store.saveAuthorizationCode(digest, record);
-    const results = await Promise.all([subject.store.consumeAuthorizationCode(digest), subject.peer.consumeAuthorizationCode(digest), store.consumeAuthorizationCode(digest)]);
+    const results = await Promise.all([
+      subject.store.consumeAuthorizationCode(digest),
+      subject.peer.consumeAuthorizationCode(digest),
+      store.consumeAuthorizationCode(digest),
+    ]);
     expect(results.filter((result) => result?.firstUse === true)).toHaveLength(1);
     expect(results.filter((result) => result?.firstUse === false)).toHaveLength(2);
     expect(results[0]!.record).toEqual(record);
@@ -167,7 +206,7 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(false);
   });
 
-  it('revokes a whole grant family, a user\'s tokens and an application\'s tokens', async () => {
+  it("revokes a whole grant family, a user's tokens and an application's tokens", async () => {
     const familyAccess = newDigest();
     const familyRefresh = newDigest();
     const otherFamily = newDigest();
@@ -193,7 +232,15 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
 
   it('revokes every token of a deleted application or user', async () => {
     const digest = newDigest();
-    await store.putApplication({ clientId: 'client-del', name: 'n', secretDigest: null, redirectUris: [], scopes: ['public'], confidential: false, createdAt: 1 });
+    await store.putApplication({
+      clientId: 'client-del',
+      name: 'n',
+      secretDigest: null,
+      redirectUris: [],
+      scopes: ['public'],
+      confidential: false,
+      createdAt: 1,
+    });
     await store.saveAccessToken(digest, accessToken({ clientId: 'client-del' }));
     await store.deleteApplication('client-del');
     expect(await store.getAccessToken(digest)).toBeNull();

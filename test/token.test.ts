@@ -5,7 +5,7 @@ import { hasScopes, parseScope, resolveScopes } from '../src/token/scope.js';
 describe('token values', () => {
   const minter = createTokenMinter(decodeTagKey(generateTagKey()));
 
-  it('are 43 characters of base64url carrying this deployment\'s tag', () => {
+  it("are 43 characters of base64url carrying this deployment's tag", () => {
     const values = Array.from({ length: 1000 }, () => minter.mint());
     for (const value of values) {
       expect(value).toMatch(/^[A-Za-z0-9_-]{43}$/);
@@ -62,6 +62,9 @@ describe('scopes', () => {
     expect(resolveScopes(undefined, ['public'], ['public', 'admin'], ['public'])).toEqual({ ok: true, scopes: ['public'] });
     expect(resolveScopes('public', ['public'], ['public'], ['public'])).toEqual({ ok: true, scopes: ['public'] });
     expect(resolveScopes('nope', ['public'], ['public'], ['public'])).toMatchObject({ ok: false, reason: expect.stringContaining('Unknown scope') });
-    expect(resolveScopes('admin', ['public'], ['public', 'admin'], ['public'])).toMatchObject({ ok: false, reason: expect.stringContaining('may not request') });
+    expect(resolveScopes('admin', ['public'], ['public', 'admin'], ['public'])).toMatchObject({
+      ok: false,
+      reason: expect.stringContaining('may not request'),
+    });
   });
 });

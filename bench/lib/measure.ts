@@ -86,7 +86,14 @@ export async function measureInterleaved(run: Run, specs: ScenarioSpec[], rounds
 async function measureWindow(run: Run, spec: ScenarioSpec): Promise<Window> {
   const expectedStatus = spec.expectedStatus ?? 200;
   const load = (durationSeconds: number, amount?: number) =>
-    runLoadWindow({ url: spec.target.url, connections: run.settings.connections, durationSeconds, ...(amount !== undefined ? { amount } : {}), request: spec.request, expectedStatus });
+    runLoadWindow({
+      url: spec.target.url,
+      connections: run.settings.connections,
+      durationSeconds,
+      ...(amount !== undefined ? { amount } : {}),
+      request: spec.request,
+      expectedStatus,
+    });
   // A fresh Node process runs its first seconds unoptimized: its first scenario warms up longer.
   const fresh = !run.warmed.has(spec.target);
   run.warmed.add(spec.target);
@@ -135,14 +142,18 @@ function record(run: Run, spec: ScenarioSpec, windows: Window[]): ScenarioResult
     load,
     gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(sum((window) => window.gatewayCpuMs)),
     storeCpuMsPer1k: perThousand(sum((window) => window.redisCpuMs)),
-    cacheLookups: lookups.every((each) => each !== null) ? { hits: lookups.reduce((total, each) => total + each!.hits, 0), misses: lookups.reduce((total, each) => total + each!.misses, 0) } : null,
+    cacheLookups: lookups.every((each) => each !== null)
+      ? { hits: lookups.reduce((total, each) => total + each!.hits, 0), misses: lookups.reduce((total, each) => total + each!.misses, 0) }
+      : null,
     serverCpuElsewherePercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.elsewhereMs, 0) / serverCapacityMs) * 100,
     serverCpuStealPercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.stealMs, 0) / serverCapacityMs) * 100,
     baseline: spec.baseline,
     loadGeneratorCpuPercent: (sum((window) => window.loadGeneratorCpuMs) / (load.seconds * 1000)) * 100,
   };
   run.results.scenarios[spec.id] = scenario;
-  progress(`${scenario.title}: ${Math.round(load.requestsPerSecond)} req/s, p99 ${load.p99Ms.toFixed(2)} ms, ${load.errors} errors, ${load.unexpected} unexpected statuses`);
+  progress(
+    `${scenario.title}: ${Math.round(load.requestsPerSecond)} req/s, p99 ${load.p99Ms.toFixed(2)} ms, ${load.errors} errors, ${load.unexpected} unexpected statuses`,
+  );
   return scenario;
 }
 
@@ -193,5 +204,6 @@ export async function expectAnswer(target: Service, request: AutocannonRequest, 
     ...(concrete.body !== undefined ? { body: concrete.body } : {}),
   });
   const body = await response.text();
-  if (response.status !== status) throw new Error(`${concrete.method ?? 'GET'} ${concrete.path} answered ${response.status} (expected ${status}): ${body.slice(0, 300)}`);
+  if (response.status !== status)
+    throw new Error(`${concrete.method ?? 'GET'} ${concrete.path} answered ${response.status} (expected ${status}): ${body.slice(0, 300)}`);
 }

@@ -65,7 +65,11 @@ export function cpuCoreMilliseconds(cpus: readonly number[]): { busy: number; st
   let busy = 0;
   let steal = 0;
   for (const cpu of cpus) {
-    const fields = lines.find((line) => line.startsWith(`cpu${cpu} `))?.split(/\s+/).slice(1).map(Number);
+    const fields = lines
+      .find((line) => line.startsWith(`cpu${cpu} `))
+      ?.split(/\s+/)
+      .slice(1)
+      .map(Number);
     if (fields === undefined) throw new Error(`no cpu${cpu} in /proc/stat`);
     const [user = 0, nice = 0, system = 0, , , , , stolen = 0] = fields;
     busy += user + nice + system;

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
 
 /**
@@ -7,7 +7,8 @@ import { freePort, waitForPort, type ProcessGroup, type Started } from './proces
  * `INFO commandstats` counts exactly what the processes under test sent.
  */
 export async function startRedis(group: ProcessGroup): Promise<{ url: string; process: Started }> {
-  if (spawnSync('redis-server', ['--version']).status !== 0) throw new Error('redis-server is not installed (apt-get install -y redis-server): the benchmark starts its own Redis');
+  if (spawnSync('redis-server', ['--version']).status !== 0)
+    throw new Error('redis-server is not installed (apt-get install -y redis-server): the benchmark starts its own Redis');
   const port = await freePort();
   const started = group.spawn('redis', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']);
   await waitForPort(started, port);

@@ -251,12 +251,32 @@ export function scenarioTable(results: BenchResults, checks: TargetCheck[]): str
       targets.join('; ') || '-',
     ];
   });
-  return markdownTable(['scenario', 'req/s', 'p50 ms', 'p99 ms', 'errors/unexpected', 'gateway CPU ms/1k req', 'Redis CPU ms/1k req', 'load gen CPU %', 'cache hits', 'server CPU: other / steal %', 'vs', 'DESIGN.md target'], rows);
+  return markdownTable(
+    [
+      'scenario',
+      'req/s',
+      'p50 ms',
+      'p99 ms',
+      'errors/unexpected',
+      'gateway CPU ms/1k req',
+      'Redis CPU ms/1k req',
+      'load gen CPU %',
+      'cache hits',
+      'server CPU: other / steal %',
+      'vs',
+      'DESIGN.md target',
+    ],
+    rows,
+  );
 }
 
 export function otherTable(results: BenchResults, checks: TargetCheck[]): string {
   const rows: string[][] = [];
-  const targetsOf = (scenario: string) => checks.filter((check) => check.scenario === scenario).map((check) => `${verdict(check)}: ${check.label}`).join('; ');
+  const targetsOf = (scenario: string) =>
+    checks
+      .filter((check) => check.scenario === scenario)
+      .map((check) => `${verdict(check)}: ${check.label}`)
+      .join('; ');
   const { fixedRate, revocation, memory } = results;
   if (fixedRate !== null) {
     const { direct, tokengate, rate } = fixedRate;
@@ -280,7 +300,9 @@ export function otherTable(results: BenchResults, checks: TargetCheck[]): string
     rows.push([
       'memory (RSS)',
       `idle ${(memory.idleBytes / MB).toFixed(1)} MB; ${memory.cachedEntries} cached tokens ${(memory.filledBytes / MB).toFixed(1)} MB ` +
-        (memory.filledHeap === null ? '' : `(V8 heap ${(memory.filledHeap.usedBytes / MB).toFixed(0)} MB used of ${(memory.filledHeap.totalBytes / MB).toFixed(0)} MB) `) +
+        (memory.filledHeap === null
+          ? ''
+          : `(V8 heap ${(memory.filledHeap.usedBytes / MB).toFixed(0)} MB used of ${(memory.filledHeap.totalBytes / MB).toFixed(0)} MB) `) +
         `(${Math.round(bytesPerCachedEntry(memory))} bytes/entry); ${memory.soak.seconds} s at full load: RSS ${(soak.minBytes / MB).toFixed(0)}-${(soak.maxBytes / MB).toFixed(0)} MB, ` +
         `${soak.collections} full collection(s), floor ${(soak.firstHalfFloorBytes / MB).toFixed(1)} MB in the first half, ${(soak.secondHalfFloorBytes / MB).toFixed(1)} MB in the second`,
       targetsOf('memory'),

@@ -52,7 +52,9 @@ export async function startNginxPeer(group: ProcessGroup, dir: string, upstreamP
   const port = await freePort();
   const confFile = join(nginxDir, 'nginx.conf');
   writeFileSync(confFile, nginxConf({ dir: nginxDir, listenPort: port, upstreamPort, tokenCheckPort: check.port }));
-  const master = group.spawn('nginx', 'nginx', ['-p', nginxDir, '-c', confFile, '-e', join(nginxDir, 'nginx-error.log'), '-g', 'daemon off;'], { stopSignal: 'SIGQUIT' });
+  const master = group.spawn('nginx', 'nginx', ['-p', nginxDir, '-c', confFile, '-e', join(nginxDir, 'nginx-error.log'), '-g', 'daemon off;'], {
+    stopSignal: 'SIGQUIT',
+  });
   await waitForPort(master, port);
   return { url: `http://127.0.0.1:${port}`, port, pids: () => [master.pid, ...childPids(master.pid), check.process.pid], process: master };
 }
@@ -67,7 +69,13 @@ export interface TokengateService extends Service {
 }
 
 /** tokengate built from this tree (dist/), serving a generated config. */
-export async function startTokengate(group: ProcessGroup, dir: string, name: string, options: TokengateOptions, profileDir: string | null = null): Promise<TokengateService> {
+export async function startTokengate(
+  group: ProcessGroup,
+  dir: string,
+  name: string,
+  options: TokengateOptions,
+  profileDir: string | null = null,
+): Promise<TokengateService> {
   const [port, opsPort] = [await freePort(), await freePort()];
   const configFile = join(dir, `${name}.yaml`);
   const { nodeFlags, ...configOptions } = options;

@@ -43,7 +43,9 @@ export function readSettings(env: NodeJS.ProcessEnv): BenchSettings {
     if (!Number.isFinite(value) || value < minimum) throw new Error(`${name} must be a number >= ${minimum}, got "${raw}"`);
     return value;
   };
-  const only = env.BENCH_ONLY?.split(',').map((id) => id.trim()).filter((id) => id !== '');
+  const only = env.BENCH_ONLY?.split(',')
+    .map((id) => id.trim())
+    .filter((id) => id !== '');
   return {
     durationSeconds: number('BENCH_DURATION', 4, 1),
     warmupSeconds: number('BENCH_WARMUP', 1, 0),

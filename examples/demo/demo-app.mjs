@@ -46,14 +46,19 @@ export function createDemoApp({ callbackUrl, publicUrl, opsUrl, adminToken = '' 
   /** @returns {Promise<Page>} */
   async function home() {
     const found = await applications();
-    const choices = found.length === 0
-      ? `<p>No public application sends users back to <code>${escape(callbackUrl)}</code> yet. Register one:</p>
+    const choices =
+      found.length === 0
+        ? `<p>No public application sends users back to <code>${escape(callbackUrl)}</code> yet. Register one:</p>
 <pre>npx tokengate apps create --name "Fan app" --public --redirect-uri ${escape(callbackUrl)}</pre>
 <p>and reload this page.</p>`
-      : `<ul class="choices">${found.map((application) => `<li><a href="/sign-in?client_id=${encodeURIComponent(application.client_id)}">Sign in with ${escape(application.name)}</a></li>`).join('')}</ul>`;
-    return page(200, 'tokengate demo', `<h1>tokengate demo</h1>
+        : `<ul class="choices">${found.map((application) => `<li><a href="/sign-in?client_id=${encodeURIComponent(application.client_id)}">Sign in with ${escape(application.name)}</a></li>`).join('')}</ul>`;
+    return page(
+      200,
+      'tokengate demo',
+      `<h1>tokengate demo</h1>
 <p>This page plays a ticketing app. Signing in runs the OAuth authorization code flow with tokengate: its sign-in and consent pages, then back here with a code, which this app exchanges for tokens and uses on the user API.</p>
-${choices}`);
+${choices}`,
+    );
   }
 
   /**
@@ -75,7 +80,8 @@ ${choices}`);
       state,
       code_challenge: createHash('sha256').update(verifier).digest('base64url'),
       code_challenge_method: 'S256',
-    })) authorize.searchParams.set(name, value);
+    }))
+      authorize.searchParams.set(name, value);
     return {
       status: 303,
       // The state goes back to this browser only: a callback from another browser (a code an attacker injects) does not match it.
@@ -93,20 +99,37 @@ ${choices}`);
     const state = url.searchParams.get('state') ?? '';
     const signIn = pending.get(state);
     if (signIn === undefined || signIn.expiresAt < Date.now() || cookieOf(cookieHeader, STATE_COOKIE) !== state) {
-      return page(400, 'Not a sign-in of this browser', '<h1>Not a sign-in of this browser</h1><p>This callback\'s <code>state</code> matches no sign-in started here in this browser, so its code is not used. <a href="/">Start again</a>.</p>');
+      return page(
+        400,
+        'Not a sign-in of this browser',
+        '<h1>Not a sign-in of this browser</h1><p>This callback\'s <code>state</code> matches no sign-in started here in this browser, so its code is not used. <a href="/">Start again</a>.</p>',
+      );
     }
     pending.delete(state);
     const clear = { 'set-cookie': `${STATE_COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0` };
     const error = url.searchParams.get('error');
     if (error !== null) {
-      return { ...page(200, 'Not signed in', `<h1>Not signed in</h1><p>tokengate answered <code>${escape(error)}</code>: ${escape(url.searchParams.get('error_description') ?? '')}</p><p><a href="/">Back</a></p>`), headers: clear };
+      return {
+        ...page(
+          200,
+          'Not signed in',
+          `<h1>Not signed in</h1><p>tokengate answered <code>${escape(error)}</code>: ${escape(url.searchParams.get('error_description') ?? '')}</p><p><a href="/">Back</a></p>`,
+        ),
+        headers: clear,
+      };
     }
     const code = url.searchParams.get('code') ?? '';
     const { token_endpoint: tokenEndpoint, issuer } = await metadata();
     const exchange = await fetch(tokenEndpoint, {
       method: 'POST',
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ grant_type: 'authorization_code', code, redirect_uri: callbackUrl, client_id: signIn.clientId, code_verifier: signIn.verifier }),
+      body: new URLSearchParams({
+        grant_type: 'authorization_code',
+        code,
+        redirect_uri: callbackUrl,
+        client_id: signIn.clientId,
+        code_verifier: signIn.verifier,
+      }),
     });
     const tokens = /** @type {Record<string, unknown>} */ (await exchange.json());
     const accessToken = typeof tokens.access_token === 'string' ? tokens.access_token : null;
@@ -140,15 +163,21 @@ ${choices}`);
       else if (url.pathname === new URL(callbackUrl).pathname) answer = await callback(url, request.headers.cookie);
       else answer = page(404, 'Not found', '<p>Nothing here: see the <a href="/">demo page</a>.</p>');
     } catch (error) {
-      answer = page(502, 'tokengate did not answer', `<h1>tokengate did not answer</h1><p>${escape(/** @type {Error} */ (error).message)}. Is <code>npm run demo</code> still running?</p>`);
+      answer = page(
+        502,
+        'tokengate did not answer',
+        `<h1>tokengate did not answer</h1><p>${escape(/** @type {Error} */ (error).message)}. Is <code>npm run demo</code> still running?</p>`,
+      );
     }
-    response.writeHead(answer.status, {
-      'content-type': 'text/html; charset=utf-8',
-      'cache-control': 'no-store',
-      'referrer-policy': 'no-referrer',
-      'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; frame-ancestors 'none'",
-      ...answer.headers,
-    }).end(answer.html);
+    response
+      .writeHead(answer.status, {
+        'content-type': 'text/html; charset=utf-8',
+        'cache-control': 'no-store',
+        'referrer-policy': 'no-referrer',
+        'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'none'; frame-ancestors 'none'",
+        ...answer.headers,
+      })
+      .end(answer.html);
   });
 }
 

@@ -38,7 +38,12 @@ async function listen(server, port, what) {
     await once(server, 'listening');
   } catch (error) {
     const code = /** @type {NodeJS.ErrnoException} */ (error).code;
-    throw new Error(code === 'EADDRINUSE' ? `port ${port} (${what}) is already in use: stop what listens there and run npm run demo again` : `${what} cannot listen on ${DEMO_HOST}:${port}: ${/** @type {Error} */ (error).message}`);
+    throw new Error(
+      code === 'EADDRINUSE'
+        ? `port ${port} (${what}) is already in use: stop what listens there and run npm run demo again`
+        : `${what} cannot listen on ${DEMO_HOST}:${port}: ${/** @type {Error} */ (error).message}`,
+      { cause: error },
+    );
   }
 }
 
@@ -75,7 +80,7 @@ async function main() {
   for (const signal of /** @type {const} */ (['SIGINT', 'SIGTERM'])) {
     process.once(signal, () => {
       say('stopping');
-      stop().then(() => process.exit(0));
+      void stop().then(() => process.exit(0));
     });
   }
   try {
@@ -90,7 +95,12 @@ async function main() {
       if (code !== 0) say(`tokengate serve exited with status ${code}`);
       void stop().then(() => process.exit(code ?? 1));
     });
-    const demo = createDemoApp({ callbackUrl: CALLBACK_URL, publicUrl: started.publicUrl, opsUrl: started.opsUrl, adminToken: process.env.TOKENGATE_ADMIN_TOKEN ?? '' });
+    const demo = createDemoApp({
+      callbackUrl: CALLBACK_URL,
+      publicUrl: started.publicUrl,
+      opsUrl: started.opsUrl,
+      adminToken: process.env.TOKENGATE_ADMIN_TOKEN ?? '',
+    });
     servers.push(demo);
     await listen(demo, DEMO_PORT, 'the demo application');
     /** @type {Array<[string, string]>} */

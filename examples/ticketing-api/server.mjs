@@ -49,7 +49,10 @@ function createData() {
    * @param {string} key
    */
   const listOf = (map, key) => map.get(key) ?? map.set(key, []).get(key) ?? [];
-  return { ticketsOf: (/** @type {string} */ userId) => listOf(ticketsByUser, userId), eventsOf: (/** @type {string} */ clientId) => listOf(eventsByClient, clientId) };
+  return {
+    ticketsOf: (/** @type {string} */ userId) => listOf(ticketsByUser, userId),
+    eventsOf: (/** @type {string} */ clientId) => listOf(eventsByClient, clientId),
+  };
 }
 
 /**
@@ -72,43 +75,54 @@ const missing = (field) => ({ status: 400, body: { error: 'invalid_request', err
  */
 function createResources() {
   const data = createData();
-  return new Map(/** @type {Array<[string, Resource]>} */ ([
-    ['/api/public/me', {
-      api: 'user',
-      tokenKind: 'user',
-      methods: {
-        GET: (identity) => ({ status: 200, body: { user_id: identity.userId, client_id: identity.clientId, scopes: identity.scopes } }),
-      },
-    }],
-    ['/api/public/tickets', {
-      api: 'user',
-      tokenKind: 'user',
-      methods: {
-        GET: (identity) => ({ status: 200, body: { tickets: data.ticketsOf(/** @type {string} */ (identity.userId)) } }),
-        POST: (identity, body) => {
-          const event = textField(body, 'event');
-          if (event === null) return missing('event');
-          const ticket = { id: randomUUID(), event, user_id: identity.userId, bought_with: identity.clientId, created_at: new Date().toISOString() };
-          data.ticketsOf(/** @type {string} */ (identity.userId)).push(ticket);
-          return { status: 201, body: { ticket } };
+  return new Map(
+    /** @type {Array<[string, Resource]>} */ ([
+      [
+        '/api/public/me',
+        {
+          api: 'user',
+          tokenKind: 'user',
+          methods: {
+            GET: (identity) => ({ status: 200, body: { user_id: identity.userId, client_id: identity.clientId, scopes: identity.scopes } }),
+          },
         },
-      },
-    }],
-    ['/api/public/events', {
-      api: 'organizer',
-      tokenKind: 'application',
-      methods: {
-        GET: (identity) => ({ status: 200, body: { events: data.eventsOf(identity.clientId) } }),
-        POST: (identity, body) => {
-          const name = textField(body, 'name');
-          if (name === null) return missing('name');
-          const event = { id: randomUUID(), name, organizer: identity.clientId, created_at: new Date().toISOString() };
-          data.eventsOf(identity.clientId).push(event);
-          return { status: 201, body: { event } };
+      ],
+      [
+        '/api/public/tickets',
+        {
+          api: 'user',
+          tokenKind: 'user',
+          methods: {
+            GET: (identity) => ({ status: 200, body: { tickets: data.ticketsOf(/** @type {string} */ (identity.userId)) } }),
+            POST: (identity, body) => {
+              const event = textField(body, 'event');
+              if (event === null) return missing('event');
+              const ticket = { id: randomUUID(), event, user_id: identity.userId, bought_with: identity.clientId, created_at: new Date().toISOString() };
+              data.ticketsOf(/** @type {string} */ (identity.userId)).push(ticket);
+              return { status: 201, body: { ticket } };
+            },
+          },
         },
-      },
-    }],
-  ]));
+      ],
+      [
+        '/api/public/events',
+        {
+          api: 'organizer',
+          tokenKind: 'application',
+          methods: {
+            GET: (identity) => ({ status: 200, body: { events: data.eventsOf(identity.clientId) } }),
+            POST: (identity, body) => {
+              const name = textField(body, 'name');
+              if (name === null) return missing('name');
+              const event = { id: randomUUID(), name, organizer: identity.clientId, created_at: new Date().toISOString() };
+              data.eventsOf(identity.clientId).push(event);
+              return { status: 201, body: { event } };
+            },
+          },
+        },
+      ],
+    ]),
+  );
 }
 
 /**
@@ -156,13 +170,36 @@ export function createTicketingApi({ api = 'all', log = null } = {}) {
   return createServer(async (request, response) => {
     const url = new URL(request.url ?? '/', 'http://ticketing-api');
     /** @type {Received} */
-    const received = { method: request.method ?? 'GET', path: url.pathname, query: url.search, requestId: single(request.headers[REQUEST_ID_HEADER]), headers: request.headers };
+    const received = {
+      method: request.method ?? 'GET',
+      path: url.pathname,
+      query: url.search,
+      requestId: single(request.headers[REQUEST_ID_HEADER]),
+      headers: request.headers,
+    };
     const identity = identityOf(request.headers);
     const answer = await answerFor(resources, api, received, identity, request);
-    const shownIdentity = identity === null ? null : { user_id: identity.userId, client_id: identity.clientId, scopes: identity.scopes, token_kind: identity.tokenKind };
-    const body = JSON.stringify({ ...answer.body, received: { method: received.method, path: received.path, query: received.query, request_id: received.requestId, identity: shownIdentity, headers: received.headers } }, null, 2);
+    const shownIdentity =
+      identity === null ? null : { user_id: identity.userId, client_id: identity.clientId, scopes: identity.scopes, token_kind: identity.tokenKind };
+    const body = JSON.stringify(
+      {
+        ...answer.body,
+        received: {
+          method: received.method,
+          path: received.path,
+          query: received.query,
+          request_id: received.requestId,
+          identity: shownIdentity,
+          headers: received.headers,
+        },
+      },
+      null,
+      2,
+    );
     response.writeHead(answer.status, { 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }).end(`${body}\n`);
-    log?.(`${received.method} ${received.path} ${answer.status} ${identity === null ? 'no identity' : `${identity.tokenKind} ${identity.userId ?? identity.clientId}`} request_id=${received.requestId ?? '-'}`);
+    log?.(
+      `${received.method} ${received.path} ${answer.status} ${identity === null ? 'no identity' : `${identity.tokenKind} ${identity.userId ?? identity.clientId}`} request_id=${received.requestId ?? '-'}`,
+    );
   });
 }
 
@@ -187,10 +224,17 @@ async function answerFor(resources, api, received, identity, request) {
   // The one check this service makes itself: tokengate vouched for the caller. A request that
   // bypassed it carries no identity headers (or, from a client, ones tokengate would have removed).
   if (identity === null || identity.tokenKind !== resource.tokenKind || (resource.tokenKind === 'user' && identity.userId === null)) {
-    return { status: 403, body: { error: 'forbidden', error_description: `No ${resource.tokenKind} identity from tokengate: this service answers only requests that came through it.` } };
+    return {
+      status: 403,
+      body: {
+        error: 'forbidden',
+        error_description: `No ${resource.tokenKind} identity from tokengate: this service answers only requests that came through it.`,
+      },
+    };
   }
   const action = resource.methods[received.method === 'HEAD' ? 'GET' : received.method];
-  if (action === undefined) return { status: 405, body: { error: 'method_not_allowed', error_description: `${received.path} takes ${Object.keys(resource.methods).join(', ')}.` } };
+  if (action === undefined)
+    return { status: 405, body: { error: 'method_not_allowed', error_description: `${received.path} takes ${Object.keys(resource.methods).join(', ')}.` } };
   try {
     return action(identity, await readJson(request));
   } catch (error) {

@@ -43,9 +43,10 @@ export function readApplicationInput(body: unknown, issuer: Pick<IssuerConfig, '
     if (problem !== null) throw invalid(`redirect_uris: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
   }
   const scopes = stringList(fields, 'scopes') ?? [...issuer.defaultScopes];
-  if (scopes.length === 0) throw invalid('scopes must list at least one scope (or be left out for the issuer\'s default scopes)');
+  if (scopes.length === 0) throw invalid("scopes must list at least one scope (or be left out for the issuer's default scopes)");
   const unknown = scopes.filter((scope) => !isScopeToken(scope) || !issuer.scopes.includes(scope));
-  if (unknown.length > 0) throw invalid(`scopes: unknown scope ${unknown.map((scope) => JSON.stringify(scope)).join(', ')} (this issuer knows: ${issuer.scopes.join(' ')})`);
+  if (unknown.length > 0)
+    throw invalid(`scopes: unknown scope ${unknown.map((scope) => JSON.stringify(scope)).join(', ')} (this issuer knows: ${issuer.scopes.join(' ')})`);
   const confidential = fields.confidential ?? true;
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
   return { name, redirectUris: [...new Set(redirectUris)], scopes: [...new Set(scopes)], confidential };

@@ -24,7 +24,12 @@ export function adminClientFor(configFile: string): AdminClient {
       if (body !== undefined) headers['content-type'] = 'application/json';
       let response: Response;
       try {
-        response = await fetch(`${url}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+        response = await fetch(`${url}${path}`, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        });
       } catch (error) {
         throw new CommandError(`cannot reach the admin API at ${url} (${reasonOf(error)}): is tokengate serve running with this config?`);
       }
@@ -32,7 +37,7 @@ export function adminClientFor(configFile: string): AdminClient {
       const payload = parseJson(text);
       if (!response.ok) {
         const description = typeof payload?.error_description === 'string' ? payload.error_description : `HTTP ${response.status}`;
-        const hint = response.status === 401 ? ' (set admin.token, e.g. through TOKENGATE_ADMIN_TOKEN, to the instance\'s admin token)' : '';
+        const hint = response.status === 401 ? " (set admin.token, e.g. through TOKENGATE_ADMIN_TOKEN, to the instance's admin token)" : '';
         throw new CommandError(`the admin API refused: ${description}${hint}`);
       }
       return payload as T;

@@ -28,7 +28,14 @@ function printJson(value: unknown): void {
 /** Left-aligned columns, for the list commands. */
 function table(header: string[], rows: string[][]): string {
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
-  return [header, ...rows].map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd()).join('\n');
+  return [header, ...rows]
+    .map((row) =>
+      row
+        .map((cell, column) => cell.padEnd(widths[column]!))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 function onePositional(positionals: string[], name: string, usage: string): string {
@@ -43,7 +50,9 @@ async function readPasswordFromStdin(): Promise<string> {
   }
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+  return Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
 }
 
 const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
@@ -66,7 +75,12 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       if (values.name === undefined) throw new UsageError(`--name is required\nusage: ${APPS_CREATE_USAGE}`);
       const redirectUris = (values['redirect-uri'] as string[] | undefined) ?? [];
       if (redirectUris.length === 0) throw new UsageError(`--redirect-uri is required\nusage: ${APPS_CREATE_USAGE}`);
-      const scopes = values.scopes === undefined ? undefined : String(values.scopes).split(/[\s,]+/).filter(Boolean);
+      const scopes =
+        values.scopes === undefined
+          ? undefined
+          : String(values.scopes)
+              .split(/[\s,]+/)
+              .filter(Boolean);
       const created = await client(values).request<CreatedApplication>('POST', '/applications', {
         name: values.name,
         redirect_uris: redirectUris,
@@ -99,7 +113,14 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       if (values.json === true) printJson(answer);
       else if (applications.length === 0) print('No applications.');
       else {
-        const rows = applications.map((app) => [app.client_id, app.confidential ? 'confidential' : 'public', app.name, app.scopes.join(' '), app.redirect_uris.join(' '), app.created_at]);
+        const rows = applications.map((app) => [
+          app.client_id,
+          app.confidential ? 'confidential' : 'public',
+          app.name,
+          app.scopes.join(' '),
+          app.redirect_uris.join(' '),
+          app.created_at,
+        ]);
         print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'REDIRECT_URIS', 'CREATED'], rows));
       }
       return 0;
@@ -141,7 +162,13 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       const { users } = answer;
       if (values.json === true) printJson(answer);
       else if (users.length === 0) print('No users.');
-      else print(table(['ID', 'EMAIL', 'CREATED'], users.map((user) => [user.id, user.email, user.created_at])));
+      else
+        print(
+          table(
+            ['ID', 'EMAIL', 'CREATED'],
+            users.map((user) => [user.id, user.email, user.created_at]),
+          ),
+        );
       return 0;
     },
   },

@@ -43,7 +43,9 @@ export function loadConfigFile(file: string, env: Environment = process.env): Re
     text = readFileSync(file, 'utf8');
   } catch (error) {
     const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the file does not exist' : `the file cannot be read (${(error as Error).message})`;
-    throw new ConfigError(file, [{ path: '', message: `${reason}; pass an existing YAML file with --config (config/tokengate.yaml is the documented default)` }]);
+    throw new ConfigError(file, [
+      { path: '', message: `${reason}; pass an existing YAML file with --config (config/tokengate.yaml is the documented default)` },
+    ]);
   }
   return parseConfig(text, file, env);
 }
@@ -127,7 +129,10 @@ function substituteEnvironment(value: unknown, path: Array<string | number>, env
 function checkSemantics(config: Config): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
-    problems.push({ path: 'admin.token', message: `the admin listener binds to ${config.admin.host}, which is not loopback, so it needs a token: set admin.token (from the environment, e.g. \${TOKENGATE_ADMIN_TOKEN})` });
+    problems.push({
+      path: 'admin.token',
+      message: `the admin listener binds to ${config.admin.host}, which is not loopback, so it needs a token: set admin.token (from the environment, e.g. \${TOKENGATE_ADMIN_TOKEN})`,
+    });
   }
   if (config.admin.token !== '' && config.admin.token.length < 16) {
     problems.push({ path: 'admin.token', message: 'must be at least 16 characters' });
@@ -151,7 +156,11 @@ function checkSemantics(config: Config): ConfigProblem[] {
     if (!config.issuer.scopes.includes(scope)) problems.push({ path: `issuer.scopeDescriptions.${scope}`, message: `"${scope}" is not in issuer.scopes` });
   }
   if (config.issuer.enabled && config.issuer.issuerUrl === '' && config.server.port === 0) {
-    problems.push({ path: 'issuer.issuerUrl', message: 'server.port is 0 (a free port picked at start), so the issuer URL cannot be derived from the listener: set issuer.issuerUrl to the URL clients reach tokengate at' });
+    problems.push({
+      path: 'issuer.issuerUrl',
+      message:
+        'server.port is 0 (a free port picked at start), so the issuer URL cannot be derived from the listener: set issuer.issuerUrl to the URL clients reach tokengate at',
+    });
   } else if (config.issuer.enabled && config.issuer.issuerUrl !== '') {
     try {
       new URL(config.issuer.issuerUrl);
@@ -163,7 +172,7 @@ function checkSemantics(config: Config): ConfigProblem[] {
     problems.push({ path: 'issuer.users.url', message: 'users.source is http, so users.url must be an http(s) URL' });
   }
   if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
-    problems.push({ path: 'admin.port', message: 'the ops listener cannot share the public listener\'s address and port' });
+    problems.push({ path: 'admin.port', message: "the ops listener cannot share the public listener's address and port" });
   }
   problems.push(...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled }), ...checkGatewayHeaders(config.gateway));
   return problems;
@@ -214,7 +223,10 @@ function pointerSegments(pointer: string): Array<string | number> {
 }
 
 function parseKeyPath(path: string): Array<string | number> {
-  return path.split(/[.[\]]+/).filter(Boolean).map((part) => (/^\d+$/.test(part) ? Number(part) : part));
+  return path
+    .split(/[.[\]]+/)
+    .filter(Boolean)
+    .map((part) => (/^\d+$/.test(part) ? Number(part) : part));
 }
 
 function keyPath(segments: ReadonlyArray<string | number>): string {

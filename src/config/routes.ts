@@ -23,20 +23,33 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
     const at = `routes[${index}]`;
     const prefix = normalizePrefix(route.path);
     if (prefix === null) {
-      problems.push({ path: `${at}.path`, message: `"${route.path}" must start with / and be in canonical form: no empty, "." or ".." segments, no query, no backslash, only RFC 3986 path characters, percent-escapes only where needed and upper-cased` });
+      problems.push({
+        path: `${at}.path`,
+        message: `"${route.path}" must start with / and be in canonical form: no empty, "." or ".." segments, no query, no backslash, only RFC 3986 path characters, percent-escapes only where needed and upper-cased`,
+      });
     } else {
       // Prefixes that differ only in letter case are one prefix to a case-insensitive upstream.
       const previous = seen.get(prefix.toLowerCase());
-      if (previous !== undefined) problems.push({ path: `${at}.path`, message: `"${route.path}" is already routed by routes[${previous}] (prefixes are compared ignoring letter case)` });
+      if (previous !== undefined)
+        problems.push({ path: `${at}.path`, message: `"${route.path}" is already routed by routes[${previous}] (prefixes are compared ignoring letter case)` });
       else seen.set(prefix.toLowerCase(), index);
       const issuerPath = options.issuerEnabled ? ISSUER_PREFIXES.find((issuer) => overlaps(prefix, issuer)) : undefined;
-      if (issuerPath !== undefined) problems.push({ path: `${at}.path`, message: `"${route.path}" overlaps the issuer's ${issuerPath} paths on the same listener (set issuer.enabled: false for a pure gateway)` });
+      if (issuerPath !== undefined)
+        problems.push({
+          path: `${at}.path`,
+          message: `"${route.path}" overlaps the issuer's ${issuerPath} paths on the same listener (set issuer.enabled: false for a pure gateway)`,
+        });
     }
     route.methods.forEach((method, methodIndex) => {
-      if (!ROUTE_METHODS.includes(method)) problems.push({ path: `${at}.methods[${methodIndex}]`, message: `"${method}" is not forwarded by the gateway; use ${ROUTE_METHODS.join(', ')}` });
+      if (!ROUTE_METHODS.includes(method))
+        problems.push({ path: `${at}.methods[${methodIndex}]`, message: `"${method}" is not forwarded by the gateway; use ${ROUTE_METHODS.join(', ')}` });
     });
     route.scopes.forEach((scope, scopeIndex) => {
-      if (!isScopeToken(scope)) problems.push({ path: `${at}.scopes[${scopeIndex}]`, message: `"${scope}" is not a scope token (printable ASCII without spaces, quotes or backslashes)` });
+      if (!isScopeToken(scope))
+        problems.push({
+          path: `${at}.scopes[${scopeIndex}]`,
+          message: `"${scope}" is not a scope token (printable ASCII without spaces, quotes or backslashes)`,
+        });
     });
     if (route.upstream !== undefined && route.upstreams !== undefined) {
       problems.push({ path: at, message: 'give either upstream or upstreams, not both' });
@@ -80,13 +93,32 @@ function checkUpstreamUrl(value: string, path: string, problems: ConfigProblem[]
   if (url.protocol !== 'http:' && url.protocol !== 'https:') problems.push({ path, message: `"${value}" must be http or https` });
   if (url.search !== '' || url.hash !== '') problems.push({ path, message: `"${value}" must not have a query or fragment` });
   if (url.username !== '' || url.password !== '') problems.push({ path, message: 'must not embed credentials' });
-  if (url.pathname !== '/') problems.push({ path, message: `"${value}" must be an origin such as http://10.0.0.5:3001 without a path: the upstream receives the request path unchanged` });
+  if (url.pathname !== '/')
+    problems.push({
+      path,
+      message: `"${value}" must be an origin such as http://10.0.0.5:3001 without a path: the upstream receives the request path unchanged`,
+    });
 }
 
 /** Names hop-by-hop or owned by HTTP itself, or by the gateway's credential and forwarding headers. */
 const RESERVED_HEADERS = new Set([
-  'authorization', 'proxy-authorization', 'cookie', 'host', 'content-length', 'content-type', 'transfer-encoding', 'connection', 'keep-alive',
-  'upgrade', 'te', 'trailer', 'expect', 'forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host',
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'host',
+  'content-length',
+  'content-type',
+  'transfer-encoding',
+  'connection',
+  'keep-alive',
+  'upgrade',
+  'te',
+  'trailer',
+  'expect',
+  'forwarded',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
 ]);
 
 /**

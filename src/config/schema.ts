@@ -8,10 +8,8 @@ import { Type, type Static, type TSchema } from '@sinclair/typebox';
 const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, description?: string) =>
   Type.Object(properties, { additionalProperties: false, default: {}, ...(description ? { description } : {}) });
 
-const Seconds = (defaultValue: number, description: string, minimum = 0) =>
-  Type.Integer({ minimum, default: defaultValue, description });
-const Milliseconds = (defaultValue: number, description: string) =>
-  Type.Integer({ minimum: 1, default: defaultValue, description });
+const Seconds = (defaultValue: number, description: string, minimum = 0) => Type.Integer({ minimum, default: defaultValue, description });
+const Milliseconds = (defaultValue: number, description: string) => Type.Integer({ minimum: 1, default: defaultValue, description });
 const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
   Type.Union(
     values.map((value) => Type.Literal(value)),
@@ -31,7 +29,11 @@ export const ServerSchema = closed({
 export const AdminSchema = closed({
   host: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address of the ops listener (/healthz, /readyz, /metrics, admin API).' }),
   port: Type.Integer({ minimum: 0, maximum: 65535, default: 9090, description: 'Port of the ops listener; 0 picks a free one.' }),
-  token: Type.String({ default: '', description: 'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.' }),
+  token: Type.String({
+    default: '',
+    description:
+      'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.',
+  }),
 });
 
 export const StoreSchema = closed({
@@ -43,22 +45,40 @@ export const StoreSchema = closed({
 });
 
 export const UserSourceSchema = closed({
-  source: oneOf(['store', 'http'] as const, 'store', '`store`: users created by the operator (`tokengate users create`); `http`: the ticketing service checks e-mail and password.'),
-  url: Type.String({ default: '', description: 'With source `http`: the URL that receives `POST {"email","password"}` and answers 200 `{"id": ...}` for valid credentials.' }),
+  source: oneOf(
+    ['store', 'http'] as const,
+    'store',
+    '`store`: users created by the operator (`tokengate users create`); `http`: the ticketing service checks e-mail and password.',
+  ),
+  url: Type.String({
+    default: '',
+    description: 'With source `http`: the URL that receives `POST {"email","password"}` and answers 200 `{"id": ...}` for valid credentials.',
+  }),
   timeoutMs: Milliseconds(3_000, 'With source `http`: time allowed for the credential check.'),
 });
 
 export const IssuerSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Serve the OAuth endpoints on the public listener. A pure gateway sidecar sets false.' }),
-  issuerUrl: Type.String({ default: '', description: 'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs). Empty: `http://<server.host>:<server.port>`, with `localhost` for a wildcard or loopback host.' }),
-  tokenTagKey: Type.String({ default: '', description: 'base64url key (32+ bytes) that tags minted tokens. Empty: created once and shared through the store.' }),
+  issuerUrl: Type.String({
+    default: '',
+    description:
+      'Public base URL of the issuer, as clients reach it (metadata `issuer`, endpoint URLs). Empty: `http://<server.host>:<server.port>`, with `localhost` for a wildcard or loopback host.',
+  }),
+  tokenTagKey: Type.String({
+    default: '',
+    description: 'base64url key (32+ bytes) that tags minted tokens. Empty: created once and shared through the store.',
+  }),
   accessTokenTtl: Seconds(7200, 'Access token lifetime in seconds (`expires_in`).', 1),
   refreshTokenTtl: Seconds(2_592_000, 'Refresh token lifetime in seconds.', 1),
   authorizationCodeTtl: Seconds(600, 'Authorization code lifetime in seconds.', 1),
   sessionTtl: Seconds(3600, 'Login session lifetime on the authorization page, in seconds.', 1),
   scopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes this issuer knows.' }),
   defaultScopes: Type.Array(Type.String(), { default: ['public'], uniqueItems: true, description: 'Scopes granted when a request names none.' }),
-  serviceName: Type.String({ minLength: 1, default: 'Ticketing', description: 'Name of the service shown on the sign-in and consent pages ("Sign in to ...").' }),
+  serviceName: Type.String({
+    minLength: 1,
+    default: 'Ticketing',
+    description: 'Name of the service shown on the sign-in and consent pages ("Sign in to ...").',
+  }),
   scopeDescriptions: Type.Record(Type.String(), Type.String({ minLength: 1 }), {
     default: { public: 'See your profile and manage your tickets' },
     description: 'What each scope lets an application do, in words, listed on the consent page. A scope without an entry is shown by its name.',
@@ -66,7 +86,11 @@ export const IssuerSchema = closed({
   users: UserSourceSchema,
   loginThrottle: closed({
     maxAttemptsPerAccount: Type.Integer({ minimum: 1, default: 5, description: 'Failed logins per account in one window before the account is throttled.' }),
-    maxAttemptsPerAddress: Type.Integer({ minimum: 1, default: 20, description: 'Failed logins per client address in one window before the address is throttled.' }),
+    maxAttemptsPerAddress: Type.Integer({
+      minimum: 1,
+      default: 20,
+      description: 'Failed logins per client address in one window before the address is throttled.',
+    }),
     windowSeconds: Seconds(900, 'Window of the login throttle, in seconds.', 1),
   }),
 });
@@ -75,9 +99,19 @@ export const CacheSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Keep verified tokens in an in-process LRU cache in front of the store.' }),
   maxEntries: Type.Integer({ minimum: 1, default: 100_000, description: 'Most valid tokens kept in the cache; the least recently used goes first.' }),
   ttlSeconds: Seconds(60, 'Longest time a token stays cached (never beyond its own expiry). 0: valid tokens are not cached.'),
-  negativeTtlSeconds: Seconds(5, 'How long an unknown token is remembered as unknown; also the longest a token first presented before the store had it stays refused on another sidecar. 0: not remembered.'),
-  negativeMaxEntries: Type.Integer({ minimum: 1, default: 10_000, description: 'Most unknown tokens remembered, apart from the valid ones: a flood of unknown tokens never evicts a valid one.' }),
-  staleIfErrorSeconds: Seconds(0, 'While the store is unreachable, keep honouring cached tokens this long past their cache life (never past their own expiry). 0: off.'),
+  negativeTtlSeconds: Seconds(
+    5,
+    'How long an unknown token is remembered as unknown; also the longest a token first presented before the store had it stays refused on another sidecar. 0: not remembered.',
+  ),
+  negativeMaxEntries: Type.Integer({
+    minimum: 1,
+    default: 10_000,
+    description: 'Most unknown tokens remembered, apart from the valid ones: a flood of unknown tokens never evicts a valid one.',
+  }),
+  staleIfErrorSeconds: Seconds(
+    0,
+    'While the store is unreachable, keep honouring cached tokens this long past their cache life (never past their own expiry). 0: off.',
+  ),
 });
 
 export const IdentityHeadersSchema = closed({
@@ -90,13 +124,21 @@ export const IdentityHeadersSchema = closed({
 export const GatewaySchema = closed({
   realm: Type.String({ default: 'tokengate', description: 'Realm in `WWW-Authenticate: Bearer realm="..."`.' }),
   identityHeaders: IdentityHeadersSchema,
-  requestIdHeader: Type.String({ default: 'x-request-id', description: 'Request id header: kept from the client when present, generated otherwise, forwarded upstream.' }),
+  requestIdHeader: Type.String({
+    default: 'x-request-id',
+    description: 'Request id header: kept from the client when present, generated otherwise, forwarded upstream.',
+  }),
 });
 
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
-    methods: Type.Array(Type.String({ pattern: '^[A-Z]+$' }), { minItems: 1, uniqueItems: true, default: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'], description: 'HTTP methods the route accepts.' }),
+    methods: Type.Array(Type.String({ pattern: '^[A-Z]+$' }), {
+      minItems: 1,
+      uniqueItems: true,
+      default: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE'],
+      description: 'HTTP methods the route accepts.',
+    }),
     token: oneOf(['user', 'application', 'any'] as const, 'user', 'Kind of token the route accepts.'),
     scopes: Type.Array(Type.String(), { default: [], uniqueItems: true, description: 'Scopes the token must all hold.' }),
     upstream: Type.Optional(Type.String({ description: 'Upstream base URL every accepted token goes to.' })),

@@ -18,10 +18,30 @@ const DENIALS = {
   method_not_allowed: { code: 'METHOD_NOT_ALLOWED', challenge: 'none', outcome: 'denied' },
   unsupported_upgrade: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied', description: 'Only WebSocket upgrades of GET requests are supported.' },
   token_missing: { code: 'TOKEN_MISSING', challenge: 'bare', outcome: 'denied' },
-  malformed_credential: { code: 'INVALID_REQUEST', challenge: 'error', outcome: 'denied', description: 'The Authorization header or access_token parameter is not a valid bearer credential.' },
-  multiple_credentials: { code: 'INVALID_REQUEST', challenge: 'error', outcome: 'denied', description: 'The access token must be presented once, by exactly one method.' },
-  query_token_not_allowed: { code: 'INVALID_REQUEST', challenge: 'error', outcome: 'denied', description: 'This route does not accept the access_token query parameter; send an Authorization header.' },
-  query_token_wrong_method: { code: 'INVALID_REQUEST', challenge: 'error', outcome: 'denied', description: 'The access_token query parameter is accepted on GET and HEAD requests only.' },
+  malformed_credential: {
+    code: 'INVALID_REQUEST',
+    challenge: 'error',
+    outcome: 'denied',
+    description: 'The Authorization header or access_token parameter is not a valid bearer credential.',
+  },
+  multiple_credentials: {
+    code: 'INVALID_REQUEST',
+    challenge: 'error',
+    outcome: 'denied',
+    description: 'The access token must be presented once, by exactly one method.',
+  },
+  query_token_not_allowed: {
+    code: 'INVALID_REQUEST',
+    challenge: 'error',
+    outcome: 'denied',
+    description: 'This route does not accept the access_token query parameter; send an Authorization header.',
+  },
+  query_token_wrong_method: {
+    code: 'INVALID_REQUEST',
+    challenge: 'error',
+    outcome: 'denied',
+    description: 'The access_token query parameter is accepted on GET and HEAD requests only.',
+  },
   invalid_body: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied', description: 'The request body does not match its Content-Type.' },
   body_too_large: { code: 'BODY_TOO_LARGE', challenge: 'none', outcome: 'denied' },
   malformed_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
@@ -87,7 +107,12 @@ export function compileRouteDenials(route: RouteConfig, label: string, realm: st
   return denials;
 }
 
-function compileDenial(reason: DenialReason, label: string, options: { description?: string | undefined; headers?: Record<string, string> }, metrics: Metrics): Denial {
+function compileDenial(
+  reason: DenialReason,
+  label: string,
+  options: { description?: string | undefined; headers?: Record<string, string> },
+  metrics: Metrics,
+): Denial {
   const spec = DENIALS[reason];
   const headers = options.headers !== undefined && Object.keys(options.headers).length > 0 ? Object.freeze(options.headers) : undefined;
   return {
@@ -109,7 +134,11 @@ export function deny(request: FastifyRequest, reply: FastifyReply, denial: Denia
   // Refusals a client causes (and an attacker can send by the thousand: a forged-token flood
   // wrote 19 MB of log in 5 s at info) are counted by reason and logged at debug; what is wrong
   // on the service's side is logged at warn.
-  if (denial.error.status >= 500) request.log.warn({ reason: denial.reason, route: denial.route }, DENIALS[denial.reason].outcome === 'denied' ? 'gateway could not check the request' : 'upstream did not answer');
+  if (denial.error.status >= 500)
+    request.log.warn(
+      { reason: denial.reason, route: denial.route },
+      DENIALS[denial.reason].outcome === 'denied' ? 'gateway could not check the request' : 'upstream did not answer',
+    );
   else request.log.debug({ reason: denial.reason, route: denial.route }, 'gateway refused the request');
   return reply.send(denial.error);
 }

@@ -41,7 +41,12 @@ const BEARER_SCHEME = /^bearer(?:[ \t]|$)/i;
 const FORM = 'application/x-www-form-urlencoded';
 const JSON_TYPE = 'application/json';
 
-export function extractCredential(request: FastifyRequest, route: ExtractionRoute, rawQuery: string, bodyLimit: number): Credential | ExtractionFailure | Promise<Credential | ExtractionFailure> {
+export function extractCredential(
+  request: FastifyRequest,
+  route: ExtractionRoute,
+  rawQuery: string,
+  bodyLimit: number,
+): Credential | ExtractionFailure | Promise<Credential | ExtractionFailure> {
   let token: string | undefined;
   const authorization = request.headers.authorization;
   if (authorization !== undefined) {
@@ -70,7 +75,13 @@ export function extractCredential(request: FastifyRequest, route: ExtractionRout
   return token === undefined ? 'token_missing' : { token, query, body: undefined };
 }
 
-async function extractFromBody(request: FastifyRequest, type: string, earlier: string | undefined, query: string, bodyLimit: number): Promise<Credential | ExtractionFailure> {
+async function extractFromBody(
+  request: FastifyRequest,
+  type: string,
+  earlier: string | undefined,
+  query: string,
+  bodyLimit: number,
+): Promise<Credential | ExtractionFailure> {
   if (Number(request.headers['content-length']) > bodyLimit) return 'body_too_large';
   const raw = request.body === undefined ? Buffer.alloc(0) : await readBody(request.body as Readable, bodyLimit);
   if (typeof raw === 'string') return raw;

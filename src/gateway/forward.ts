@@ -39,7 +39,14 @@ export interface Forwarder {
   /** Sends the request to the target: normalized path, cleaned query, headers and body; streams both ways. */
   forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, grant: AccessTokenRecord): FastifyReply;
   /** Opens the WebSocket to the target and joins the two connections; the check has already passed. */
-  forwardUpgrade(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, grant: AccessTokenRecord): FastifyReply;
+  forwardUpgrade(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: ForwardTarget,
+    path: string,
+    credential: Credential,
+    grant: AccessTokenRecord,
+  ): FastifyReply;
 }
 
 /** Hop-by-hop headers (RFC 9110 7.6.1) a proxy must not pass on; connection and transfer-encoding are reply-from's. */
@@ -159,14 +166,25 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
           reply.send(response.stream);
         },
         onError(reply, { error }) {
-          deny(reply.request as FastifyRequest, reply as FastifyReply, (error as { statusCode?: number }).statusCode === 504 ? target.timedOut : target.unreachable);
+          deny(
+            reply.request as FastifyRequest,
+            reply as FastifyReply,
+            (error as { statusCode?: number }).statusCode === 504 ? target.timedOut : target.unreachable,
+          );
         },
       },
     };
     return target;
   };
 
-  function forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, grant: AccessTokenRecord): FastifyReply {
+  function forward(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: ForwardTarget,
+    path: string,
+    credential: Credential,
+    grant: AccessTokenRecord,
+  ): FastifyReply {
     request.gatewayGrant = grant;
     request.gatewayQuery = credential.query;
     const source = target.origin + path;
@@ -199,7 +217,14 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
     done();
   });
 
-  function forwardUpgrade(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, grant: AccessTokenRecord): FastifyReply {
+  function forwardUpgrade(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: ForwardTarget,
+    path: string,
+    credential: Credential,
+    grant: AccessTokenRecord,
+  ): FastifyReply {
     const client = (request.raw as UpgradingRequest)[kUpgrade]!;
     request.gatewayGrant = grant;
     const headers = upstreamHeaders(request, withoutConnectionHeaders({ ...request.headers }));
@@ -229,7 +254,10 @@ export async function createForwarder(scope: FastifyInstance, context: Tokengate
     outgoing.on('response', (response: IncomingMessage) => {
       target.forwarded.inc();
       target.duration.observe(reply.elapsedTime / 1000);
-      reply.code(response.statusCode ?? 502).headers(clientResponseHeaders({ ...response.headers }, request)).send(response);
+      reply
+        .code(response.statusCode ?? 502)
+        .headers(clientResponseHeaders({ ...response.headers }, request))
+        .send(response);
     });
     outgoing.on('timeout', () => outgoing.destroy(new UpstreamTimeout()));
     outgoing.on('error', (error) => {

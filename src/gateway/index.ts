@@ -65,7 +65,9 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
 
       // 4. forward: to the upstream of this token kind, with identity headers and without the credential.
       const target = route.targets[grant.kind]!;
-      return upgrade ? forwarder.forwardUpgrade(request, reply, target, path, credential, grant) : forwarder.forward(request, reply, target, path, credential, grant);
+      return upgrade
+        ? forwarder.forwardUpgrade(request, reply, target, path, credential, grant)
+        : forwarder.forward(request, reply, target, path, credential, grant);
     }
   });
 }

@@ -33,7 +33,12 @@ export interface RouteTable<Target> {
 }
 
 /** Builds the forwarding target of one route and token kind (upstream origin, timeout, metrics, failure answers). */
-export type TargetFactory<Target> = (spec: { route: RouteConfig; label: string; upstream: string; denials: Readonly<Record<RouteDenialReason, Denial>> }) => Target;
+export type TargetFactory<Target> = (spec: {
+  route: RouteConfig;
+  label: string;
+  upstream: string;
+  denials: Readonly<Record<RouteDenialReason, Denial>>;
+}) => Target;
 
 /** Compiles config.routes (already checked by checkRoutes at load) into the table requests are matched against. */
 export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Metrics, createTarget: TargetFactory<Target>): RouteTable<Target> {
@@ -41,7 +46,8 @@ export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Met
     const prefix = normalizePrefix(route.path);
     if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
     const denials = compileRouteDenials(route, prefix, config.gateway.realm, metrics);
-    const upstreamFor = (kind: TokenKind): string | undefined => (route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream));
+    const upstreamFor = (kind: TokenKind): string | undefined =>
+      route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream);
     const targetFor = (kind: TokenKind): Target | null => {
       const upstream = upstreamFor(kind);
       return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials });

@@ -37,10 +37,18 @@ export interface ClientAuthOptions {
   allowPublicClients: boolean;
 }
 
-export async function authenticateClient(request: FastifyRequest, parameters: OAuthParameters, store: TokenStore, options: ClientAuthOptions): Promise<AuthenticatedClient> {
+export async function authenticateClient(
+  request: FastifyRequest,
+  parameters: OAuthParameters,
+  store: TokenStore,
+  options: ClientAuthOptions,
+): Promise<AuthenticatedClient> {
   const presented = presentedCredentials(request.headers.authorization, parameters);
   if (presented.clientId === undefined) {
-    throw new TokengateError('INVALID_CLIENT', { description: 'Client authentication is required: HTTP Basic, or client_id and client_secret in the body.', detail: 'no client credentials' });
+    throw new TokengateError('INVALID_CLIENT', {
+      description: 'Client authentication is required: HTTP Basic, or client_id and client_secret in the body.',
+      detail: 'no client credentials',
+    });
   }
   const application = await store.getApplication(presented.clientId);
   // The unknown value is not logged: a client that swapped its parameters would log its secret.
@@ -48,10 +56,16 @@ export async function authenticateClient(request: FastifyRequest, parameters: OA
 
   if (presented.secret === undefined) {
     if (application.confidential) {
-      throw new TokengateError('INVALID_CLIENT', { description: 'This client must authenticate with its client secret.', detail: `confidential client ${application.clientId} sent no secret` });
+      throw new TokengateError('INVALID_CLIENT', {
+        description: 'This client must authenticate with its client secret.',
+        detail: `confidential client ${application.clientId} sent no secret`,
+      });
     }
     if (!options.allowPublicClients) {
-      throw new TokengateError('INVALID_CLIENT', { description: 'This endpoint requires a confidential client authenticating with its client secret.', detail: `public client ${application.clientId}` });
+      throw new TokengateError('INVALID_CLIENT', {
+        description: 'This endpoint requires a confidential client authenticating with its client secret.',
+        detail: `public client ${application.clientId}`,
+      });
     }
     return { application };
   }
@@ -92,7 +106,10 @@ function parseBasicCredentials(authorization: string): { clientId: string; secre
   const clientId = separator > 0 ? formDecode(decoded.slice(0, separator)) : null;
   const secret = separator > 0 ? formDecode(decoded.slice(separator + 1)) : null;
   if (clientId === null || secret === null || clientId === '' || secret === '') {
-    throw new TokengateError('INVALID_CLIENT', { description: 'The Authorization header must carry HTTP Basic client credentials.', detail: 'malformed or non-Basic Authorization header' });
+    throw new TokengateError('INVALID_CLIENT', {
+      description: 'The Authorization header must carry HTTP Basic client credentials.',
+      detail: 'malformed or non-Basic Authorization header',
+    });
   }
   return { clientId, secret };
 }

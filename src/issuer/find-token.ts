@@ -3,8 +3,7 @@ import type { AccessTokenRecord, RefreshTokenRecord } from '../store/store.js';
 import { tokenDigest } from '../token/token-value.js';
 
 export type FoundToken =
-  | { type: 'access_token'; digest: string; record: AccessTokenRecord }
-  | { type: 'refresh_token'; digest: string; record: RefreshTokenRecord };
+  { type: 'access_token'; digest: string; record: AccessTokenRecord } | { type: 'refresh_token'; digest: string; record: RefreshTokenRecord };
 
 type Lookup = (context: TokengateContext, digest: string) => Promise<FoundToken | null>;
 

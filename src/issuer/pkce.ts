@@ -22,8 +22,10 @@ export function s256CodeChallenge(verifier: string): string {
  */
 export function verifyCodeVerifier(code: AuthorizationCodeRecord, verifier: string | undefined, publicClient: boolean): void {
   if (code.codeChallenge === null) {
-    if (verifier !== undefined) throw new TokengateError('INVALID_GRANT', { description: 'A code_verifier was sent, but the authorization request had no code_challenge.' });
-    if (publicClient) throw new TokengateError('INVALID_GRANT', { description: 'Public clients must use PKCE: the authorization request had no code_challenge.' });
+    if (verifier !== undefined)
+      throw new TokengateError('INVALID_GRANT', { description: 'A code_verifier was sent, but the authorization request had no code_challenge.' });
+    if (publicClient)
+      throw new TokengateError('INVALID_GRANT', { description: 'Public clients must use PKCE: the authorization request had no code_challenge.' });
     return;
   }
   if (verifier === undefined) throw new TokengateError('INVALID_GRANT', { description: 'Missing code_verifier: the authorization request used PKCE.' });

@@ -158,13 +158,7 @@ export class RedisStore implements TokenStore {
   }
 
   async putApplication(app: ApplicationRecord): Promise<void> {
-    await this.run(
-      this.redis
-        .multi()
-        .set(this.key('app', app.clientId), JSON.stringify(app))
-        .sadd(this.key('apps'), app.clientId)
-        .exec(),
-    );
+    await this.run(this.redis.multi().set(this.key('app', app.clientId), JSON.stringify(app)).sadd(this.key('apps'), app.clientId).exec());
   }
 
   async getApplication(clientId: string): Promise<ApplicationRecord | null> {
@@ -364,7 +358,14 @@ export class RedisStore implements TokenStore {
     return keys;
   }
 
-  private async saveIndexed(recordKey: string, indexKeys: string[], member: string, expiresAt: number, kind: 'string' | 'hash', record: unknown): Promise<void> {
+  private async saveIndexed(
+    recordKey: string,
+    indexKeys: string[],
+    member: string,
+    expiresAt: number,
+    kind: 'string' | 'hash',
+    record: unknown,
+  ): Promise<void> {
     await this.run(this.redis.saveIndexed(1 + indexKeys.length, recordKey, ...indexKeys, member, expiresAt, Date.now(), kind, JSON.stringify(record)));
   }
 

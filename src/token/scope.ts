@@ -28,7 +28,12 @@ export type ScopeResolution = { ok: true; scopes: string[] } | { ok: false; reas
  * each of which the issuer must know and the application must be allowed. Used by
  * /oauth/authorize and the token endpoint alike, so both refuse the same requests.
  */
-export function resolveScopes(requested: string | undefined, allowedForApplication: readonly string[], known: readonly string[], defaults: readonly string[]): ScopeResolution {
+export function resolveScopes(
+  requested: string | undefined,
+  allowedForApplication: readonly string[],
+  known: readonly string[],
+  defaults: readonly string[],
+): ScopeResolution {
   const wanted = requested === undefined || requested.trim() === '' ? [...defaults] : parseScope(requested);
   if (wanted === null) return { ok: false, reason: 'The scope parameter is malformed.' };
   const unknown = wanted.filter((scope) => !known.includes(scope));

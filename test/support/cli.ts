@@ -61,7 +61,11 @@ export interface ServeProcess {
 /** Starts `tokengate serve` and resolves once it logs that it listens. */
 export function startServe(configFile: string, env: Record<string, string> = {}): Promise<ServeProcess> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     const exited = new Promise<number | null>((resolveExit) => child.on('close', resolveExit));
     const onData = (chunk: Buffer) => {
@@ -74,6 +78,6 @@ export function startServe(configFile: string, env: Record<string, string> = {})
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    exited.then((code) => reject(new Error(`tokengate serve exited with ${code} before listening:\n${output}`)));
+    void exited.then((code) => reject(new Error(`tokengate serve exited with ${code} before listening:\n${output}`)));
   });
 }

@@ -35,7 +35,13 @@ export async function startUpstream(handler: Handler = echo): Promise<Upstream> 
     const chunks: Buffer[] = [];
     request.on('data', (chunk: Buffer) => chunks.push(chunk));
     request.on('end', () => {
-      const entry = { method: request.method!, url: request.url!, headers: request.headers, rawHeaders: request.rawHeaders, body: Buffer.concat(chunks).toString('latin1') };
+      const entry = {
+        method: request.method!,
+        url: request.url!,
+        headers: request.headers,
+        rawHeaders: request.rawHeaders,
+        body: Buffer.concat(chunks).toString('latin1'),
+      };
       received.push(entry);
       handler(request, response, entry);
     });
@@ -55,9 +61,21 @@ export function closeServer(server: Server): Promise<void> {
 }
 
 /** What a running tokengate's issue() stores by default: a user token with the public scope, valid for an hour. */
-export const USER_TOKEN = { kind: 'user', clientId: 'client-web', userId: 'user-42', scopes: ['public'], familyId: 'family-1' } as const satisfies Partial<AccessTokenRecord>;
+export const USER_TOKEN = {
+  kind: 'user',
+  clientId: 'client-web',
+  userId: 'user-42',
+  scopes: ['public'],
+  familyId: 'family-1',
+} as const satisfies Partial<AccessTokenRecord>;
 /** An application (client_credentials) token's fields, to pass to issue(). */
-export const APPLICATION_TOKEN = { kind: 'application', clientId: 'client-organizer', userId: null, scopes: ['public'], familyId: null } as const satisfies Partial<AccessTokenRecord>;
+export const APPLICATION_TOKEN = {
+  kind: 'application',
+  clientId: 'client-organizer',
+  userId: null,
+  scopes: ['public'],
+  familyId: null,
+} as const satisfies Partial<AccessTokenRecord>;
 
 /** Sends `text` as is over a new TCP connection and resolves with everything the server wrote back before closing. */
 export function rawRequest(port: number, text: string | Buffer, waitMs = 1_000): Promise<string> {

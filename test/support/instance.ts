@@ -96,7 +96,10 @@ export interface TestApplication {
 }
 
 /** Registers an application straight in the store, exactly as the admin API records one. */
-export async function registerApplication(store: TokenStore, options: { confidential?: boolean; scopes?: string[]; redirectUri?: string } = {}): Promise<TestApplication> {
+export async function registerApplication(
+  store: TokenStore,
+  options: { confidential?: boolean; scopes?: string[]; redirectUri?: string } = {},
+): Promise<TestApplication> {
   const confidential = options.confidential ?? true;
   const clientId = `client-${randomUUID()}`;
   const clientSecret = confidential ? `secret-${randomUUID()}` : undefined;

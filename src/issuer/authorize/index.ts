@@ -61,7 +61,11 @@ function createAuthorizationEndpoint(context: TokengateContext) {
   const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
 
   const sendPage = (reply: FastifyReply, page: Page) =>
-    reply.code(page.status).header('content-type', 'text/html; charset=utf-8').header('content-security-policy', contentSecurityPolicy(page.formTargets)).send(renderDocument(page, site));
+    reply
+      .code(page.status)
+      .header('content-type', 'text/html; charset=utf-8')
+      .header('content-security-policy', contentSecurityPolicy(page.formTargets))
+      .send(renderDocument(page, site));
 
   const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, store, issuer);
 
@@ -108,15 +112,23 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       const authorization = await validate(pending.parameters);
       const email = (field(body, 'email') ?? '').trim();
       const password = field(body, 'password') ?? '';
-      const retry = (problem: LoginProblem) => sendPage(reply, loginPage({ applicationName: authorization.application.name, form: formState(session, pending), email, problem }));
+      const retry = (problem: LoginProblem) =>
+        sendPage(reply, loginPage({ applicationName: authorization.application.name, form: formState(session, pending), email, problem }));
 
       if (email === '' || password === '') {
-        return retry({ kind: 'fields', email: email === '' ? 'Enter your e-mail address.' : undefined, password: password === '' ? 'Enter your password.' : undefined });
+        return retry({
+          kind: 'fields',
+          email: email === '' ? 'Enter your e-mail address.' : undefined,
+          password: password === '' ? 'Enter your password.' : undefined,
+        });
       }
       const attempt = await throttle.begin(email, request.ip);
       if (attempt === null) {
         metrics.logins.inc({ outcome: 'throttled' });
-        throw new TokengateError('TOO_MANY_REQUESTS', { description: 'Too many sign-in attempts. Wait a few minutes, then try again.', detail: 'login throttled' });
+        throw new TokengateError('TOO_MANY_REQUESTS', {
+          description: 'Too many sign-in attempts. Wait a few minutes, then try again.',
+          detail: 'login throttled',
+        });
       }
       let userId: string | null;
       try {
@@ -145,7 +157,11 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       // Checked again, not trusted from the GET: the application or its redirect_uri may have gone since.
       const authorization = await validate(pending.parameters);
       if (field(body, 'decision') !== 'approve') {
-        throw new AuthorizationRedirectError(new TokengateError('ACCESS_DENIED', { description: 'The user denied the request.' }), authorization.redirectUri, authorization.state);
+        throw new AuthorizationRedirectError(
+          new TokengateError('ACCESS_DENIED', { description: 'The user denied the request.' }),
+          authorization.redirectUri,
+          authorization.state,
+        );
       }
       const code = await issueCode(authorization, session.data.userId);
       metrics.authorizationResponses.inc({ result: 'code' });
@@ -201,9 +217,12 @@ function field(body: Record<string, unknown>, name: string): string | undefined 
 function asPageFailure(error: Error & { statusCode?: number }): TokengateError {
   if (isTokengateError(error)) return error;
   if (error instanceof UserSourceUnavailableError) return new TokengateError('USER_SOURCE_UNAVAILABLE', { detail: error.message });
-  if (error instanceof StoreUnavailableError) return new TokengateError('STORE_UNAVAILABLE', { description: ERRORS.USER_SOURCE_UNAVAILABLE.description, detail: error.message });
+  if (error instanceof StoreUnavailableError)
+    return new TokengateError('STORE_UNAVAILABLE', { description: ERRORS.USER_SOURCE_UNAVAILABLE.description, detail: error.message });
   if (error.statusCode === 413) return new TokengateError('BODY_TOO_LARGE');
-  if (error.statusCode === 415) return new TokengateError('UNSUPPORTED_MEDIA_TYPE', { description: 'This form must be sent as application/x-www-form-urlencoded.' });
-  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) return new TokengateError('INVALID_REQUEST', { description: 'The request is malformed.' });
+  if (error.statusCode === 415)
+    return new TokengateError('UNSUPPORTED_MEDIA_TYPE', { description: 'This form must be sent as application/x-www-form-urlencoded.' });
+  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)
+    return new TokengateError('INVALID_REQUEST', { description: 'The request is malformed.' });
   return new TokengateError('INTERNAL');
 }

@@ -90,7 +90,8 @@ async function registeredApplication(store: TokenStore, clientId: string | undef
 function registeredRedirectUri(application: ApplicationRecord, redirectUri: string | undefined, repeated: ParameterName[]): string {
   if (repeated.includes('redirect_uri')) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri repeated' });
   if (redirectUri === undefined) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri missing' });
-  if (!application.redirectUris.includes(redirectUri)) throw new TokengateError('INVALID_REDIRECT_URI', { detail: `redirect_uri not registered for ${application.clientId}` });
+  if (!application.redirectUris.includes(redirectUri))
+    throw new TokengateError('INVALID_REDIRECT_URI', { detail: `redirect_uri not registered for ${application.clientId}` });
   return redirectUri;
 }
 
@@ -100,7 +101,10 @@ function registeredRedirectUri(application: ApplicationRecord, redirectUri: stri
  */
 function refuseRepeatedParameters(repeated: ParameterName[]): void {
   if (repeated.length > 0) {
-    throw new TokengateError('INVALID_REQUEST', { description: `The application's request repeats the parameter ${repeated.join(', ')}.`, detail: `repeated: ${repeated.join(',')}` });
+    throw new TokengateError('INVALID_REQUEST', {
+      description: `The application's request repeats the parameter ${repeated.join(', ')}.`,
+      detail: `repeated: ${repeated.join(',')}`,
+    });
   }
 }
 
@@ -114,11 +118,16 @@ function checkResponseType(responseType: string | undefined, sendBack: SendBack)
  * an eavesdropper on the authorization response the verifier itself. Public clients cannot keep
  * a secret, so for them PKCE is what binds the code to the client that asked for it.
  */
-function checkPkce(parameters: AuthorizationParameters, application: ApplicationRecord, sendBack: SendBack): Pick<AuthorizationRequest, 'codeChallenge' | 'codeChallengeMethod'> {
+function checkPkce(
+  parameters: AuthorizationParameters,
+  application: ApplicationRecord,
+  sendBack: SendBack,
+): Pick<AuthorizationRequest, 'codeChallenge' | 'codeChallengeMethod'> {
   const { code_challenge: challenge, code_challenge_method: method } = parameters;
   if (challenge === undefined) {
     if (method !== undefined) throw sendBack('INVALID_REQUEST', 'code_challenge_method was given without a code_challenge.');
-    if (!application.confidential) throw sendBack('INVALID_REQUEST', 'This application must use PKCE: code_challenge and code_challenge_method=S256 are required.');
+    if (!application.confidential)
+      throw sendBack('INVALID_REQUEST', 'This application must use PKCE: code_challenge and code_challenge_method=S256 are required.');
     return { codeChallenge: null, codeChallengeMethod: null };
   }
   if (method !== 'S256') throw sendBack('INVALID_REQUEST', 'code_challenge_method must be S256.');

@@ -165,7 +165,14 @@ ${field('password', 'Password', { type: 'password', autocomplete: 'current-passw
   };
 }
 
-export function consentPage(input: { applicationName: string; serviceName: string; email: string | null; scopes: string[]; redirectUri: string; form: FormState }): Page {
+export function consentPage(input: {
+  applicationName: string;
+  serviceName: string;
+  email: string | null;
+  scopes: string[];
+  redirectUri: string;
+  form: FormState;
+}): Page {
   const name = input.applicationName;
   const initial = Array.from(name.trim())[0]?.toUpperCase() ?? '?';
   const target = new URL(input.redirectUri);

@@ -26,7 +26,8 @@ export const authorizationCodeGrant: Grant = {
     if (consumed === null) throw invalidCredential('authorization code');
     const { record, firstUse } = consumed;
     if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'authorization code', 'replayed');
-    if (record.clientId !== client.application.clientId) return refuseLeakedCredential(request, record.familyId, 'authorization code', 'presented by another client');
+    if (record.clientId !== client.application.clientId)
+      return refuseLeakedCredential(request, record.familyId, 'authorization code', 'presented by another client');
 
     if (redirectUri !== record.redirectUri) {
       throw new TokengateError('INVALID_GRANT', { description: 'The redirect_uri does not match the one of the authorization request.' });

@@ -31,7 +31,8 @@ export const refreshTokenGrant: Grant = {
     if (consumed === null) throw invalidCredential('refresh token');
     const { record, firstUse } = consumed;
     if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'refresh token', 'replayed');
-    if (record.clientId !== client.application.clientId) return refuseLeakedCredential(request, record.familyId, 'refresh token', 'presented by another client');
+    if (record.clientId !== client.application.clientId)
+      return refuseLeakedCredential(request, record.familyId, 'refresh token', 'presented by another client');
 
     return issueTokens(context, {
       kind: 'user',

@@ -8,7 +8,12 @@ import type { GrantRequest } from './grant.js';
  * the request is refused with the same answer as an unknown value, so nothing tells an attacker
  * which case it hit.
  */
-export async function refuseLeakedCredential(request: GrantRequest, familyId: string, what: 'authorization code' | 'refresh token', reason: 'replayed' | 'presented by another client'): Promise<never> {
+export async function refuseLeakedCredential(
+  request: GrantRequest,
+  familyId: string,
+  what: 'authorization code' | 'refresh token',
+  reason: 'replayed' | 'presented by another client',
+): Promise<never> {
   const revoked = await request.context.store.revokeFamily(familyId);
   request.log.warn({ clientId: request.client.application.clientId, familyId, revoked, reason }, `${what} ${reason}: grant family revoked`);
   throw invalidCredential(what);
