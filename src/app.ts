@@ -14,12 +14,12 @@ import { createLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
-import { StoreUnavailableError, type TokenStore } from './store/store.js';
+import { StoreUnavailableError, type Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
 export interface BuildOptions {
   /** A store to use instead of opening the configured one (tests pass a Redis store with their own prefix). */
-  store?: TokenStore;
+  store?: Store;
   logger?: Logger;
 }
 

@@ -1,17 +1,17 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { Metrics } from './observability/metrics.js';
-import type { CachedTokenStore } from './store/cached.js';
-import type { TokenStore } from './store/store.js';
+import type { CachedStore } from './store/cached.js';
+import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
 
 /** What every part of one tokengate instance shares: built once by buildTokengate(). */
 export interface TokengateContext {
   readonly config: Readonly<Config>;
   /** The store as the gateway should read it (the cached wrapper when the cache is on). */
-  readonly store: TokenStore;
+  readonly store: Store;
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
-  readonly cache: CachedTokenStore | null;
+  readonly cache: CachedStore | null;
   readonly minter: TokenMinter;
   readonly metrics: Metrics;
   readonly log: Logger;

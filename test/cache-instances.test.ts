@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CachedTokenStore } from '../src/store/cached.js';
+import { CachedStore } from '../src/store/cached.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
@@ -32,8 +32,8 @@ afterAll(async () => {
 /** Until its revocation subscription is up an instance reads every token from Redis; tests wait for it. */
 async function subscribed(instance: RunningTokengate): Promise<void> {
   const store = instance.tokengate.context.store;
-  expect(store).toBeInstanceOf(CachedTokenStore);
-  await (store as CachedTokenStore).subscribed;
+  expect(store).toBeInstanceOf(CachedStore);
+  await (store as CachedStore).subscribed;
 }
 
 const metricsOf = (instance: RunningTokengate) => instance.tokengate.context.metrics;

@@ -3,8 +3,8 @@ import { buildTokengate } from '../src/app.js';
 import { parseConfig } from '../src/config/load.js';
 import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
-import { CachedTokenStore, cached } from '../src/store/cached.js';
-import { StoreUnavailableError, type AccessTokenRecord, type TokenStore } from '../src/store/store.js';
+import { CachedStore, cached } from '../src/store/cached.js';
+import { StoreUnavailableError, type AccessTokenRecord, type Store } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { countingStore, startUpstream } from './support/gateway.js';
 import { startTokengate } from './support/instance.js';
@@ -40,7 +40,7 @@ let prefix: string;
 const opened: Array<{ close(): Promise<void> }> = [];
 
 interface Sidecar {
-  cache: CachedTokenStore;
+  cache: CachedStore;
   metrics: Metrics;
   /** getAccessToken calls that reached the real Redis store behind the cache. */
   storeReads(): number;
@@ -296,7 +296,7 @@ describe('token cache: Redis outages', () => {
 describe('redis store: a command that failed stays failed', () => {
   // ioredis keeps a command that timed out, and sends it anyway once Redis is back: a write its
   // caller was told had failed (a consumed code, a counter) would then be applied behind its back.
-  async function expectNotApplied(store: TokenStore, digest: string): Promise<void> {
+  async function expectNotApplied(store: Store, digest: string): Promise<void> {
     await redis.restart();
     await eventually(
       async () =>
@@ -357,8 +357,8 @@ describe('tokengate with the cache: wiring and readiness', () => {
     const withCache = await buildTokengate(config(true));
     const without = await buildTokengate(config(false));
     opened.push(withCache, without);
-    expect(withCache.context.store).toBeInstanceOf(CachedTokenStore);
-    expect(without.context.store).not.toBeInstanceOf(CachedTokenStore);
+    expect(withCache.context.store).toBeInstanceOf(CachedStore);
+    expect(without.context.store).not.toBeInstanceOf(CachedStore);
   });
 
   it('is unready while Redis is down, says so within the command timeout, and ready again when it is back', async () => {

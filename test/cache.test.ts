@@ -1,8 +1,8 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
-import { cached, type CachedTokenStore } from '../src/store/cached.js';
-import type { AccessTokenRecord, TokenStore } from '../src/store/store.js';
+import { cached, type CachedStore } from '../src/store/cached.js';
+import type { AccessTokenRecord, Store } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { countingStore } from './support/gateway.js';
 import { observationsOf, valueOf } from './support/metrics.js';
@@ -31,16 +31,16 @@ function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRec
 }
 
 interface Sidecar {
-  cache: CachedTokenStore;
+  cache: CachedStore;
   metrics: Metrics;
   /** getAccessToken calls that reached the real Redis store behind the cache. */
   storeReads(): number;
 }
 
-const opened: CachedTokenStore[] = [];
+const opened: CachedStore[] = [];
 
 /** One sidecar's view: a cache over its own Redis store, all sidecars sharing one key prefix. */
-async function sidecar(config: Partial<CacheConfig> = {}, wrap: (store: TokenStore) => TokenStore = (store) => store): Promise<Sidecar> {
+async function sidecar(config: Partial<CacheConfig> = {}, wrap: (store: Store) => Store = (store) => store): Promise<Sidecar> {
   const counted = countingStore(createTestRedisStore(prefix));
   const metrics = createMetrics();
   const cache = cached(wrap(counted.store), { ...defaults, ...config }, metrics);

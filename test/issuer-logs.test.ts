@@ -94,7 +94,7 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
   // The log is not empty: refusals and the replay are there, with their reasons.
   const log = lines.join('\n');
   expect(log).toContain('request refused');
-  expect(log).toContain('authorization code replayed: grant family revoked');
+  expect(log).toContain('authorization code replayed: token family revoked');
   expect(log).toContain('wrong client secret');
   for (const secret of secrets) expect(log, 'a secret reached the log').not.toContain(secret);
 });

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../src/observability/metrics.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
-import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, TokenStore } from '../src/store/store.js';
+import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, Store } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
 import { eventually } from './support/wait.js';
@@ -34,9 +34,9 @@ async function sleepUntil(time: number): Promise<void> {
 }
 
 interface StoreUnderTest {
-  store: TokenStore;
+  store: Store;
   /** A second handle on the same data (another sidecar), or the same store where there is none. */
-  peer: TokenStore;
+  peer: Store;
   cleanup(): Promise<void>;
 }
 
@@ -85,7 +85,7 @@ const implementations: Array<[string, 'memory' | 'redis', () => Promise<StoreUnd
 
 describe.each(implementations)('token store contract: %s', (_name, driver, open) => {
   let subject: StoreUnderTest;
-  let store: TokenStore;
+  let store: Store;
 
   beforeEach(async () => {
     subject = await open();
@@ -206,7 +206,7 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(false);
   });
 
-  it("revokes a whole grant family, a user's tokens and an application's tokens", async () => {
+  it("revokes a whole token family, a user's tokens and an application's tokens", async () => {
     const familyAccess = newDigest();
     const familyRefresh = newDigest();
     const otherFamily = newDigest();

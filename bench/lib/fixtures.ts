@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
+import type { AccessTokenRecord, Store } from '../../src/store/store.js';
 import type { TokenKind } from '../../src/token/kinds.js';
 import { tokenDigest, type TokenMinter } from '../../src/token/token-value.js';
 
@@ -25,7 +25,7 @@ export function accessTokenRecord(kind: TokenKind, clientId: string, index: numb
 }
 
 /** Mints `count` tokens of one kind and saves them, a chunk of concurrent (auto-pipelined) writes at a time. */
-export async function seedAccessTokens(store: TokenStore, minter: TokenMinter, count: number, kind: TokenKind, clientId: string): Promise<string[]> {
+export async function seedAccessTokens(store: Store, minter: TokenMinter, count: number, kind: TokenKind, clientId: string): Promise<string[]> {
   const tokens: string[] = [];
   // Small enough that the writes in flight die young (larger chunks spent half the time in GC).
   const CHUNK = 500;

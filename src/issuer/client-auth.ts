@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { TokengateError } from '../errors.js';
-import type { ApplicationRecord, TokenStore } from '../store/store.js';
+import type { ApplicationRecord, Store } from '../store/store.js';
 import { constantTimeEqual } from '../token/constant-time.js';
 import { tokenDigest } from '../token/token-value.js';
 import type { OAuthParameters } from './oauth-request.js';
@@ -40,7 +40,7 @@ export interface ClientAuthOptions {
 export async function authenticateClient(
   request: FastifyRequest,
   parameters: OAuthParameters,
-  store: TokenStore,
+  store: Store,
   options: ClientAuthOptions,
 ): Promise<AuthenticatedClient> {
   const presented = presentedCredentials(request.headers.authorization, parameters);

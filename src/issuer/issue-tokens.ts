@@ -29,7 +29,7 @@ export type Issuance =
 
 /**
  * Mints and stores the tokens of one issuance. Only digests reach the store; the values exist
- * in this response alone. User tokens come with a refresh token of the same grant family,
+ * in this response alone. User tokens come with a refresh token of the same token family,
  * application tokens never do (the ticketing service's client_credentials behaviour).
  */
 export async function issueTokens(context: TokengateContext, issuance: Issuance): Promise<TokenResponse> {

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { CLIENT_AUTH_METHODS } from './client-auth.js';
-import { GRANTS } from './grants/index.js';
+import { GRANT_TYPES } from './grant-types/index.js';
 import { INTROSPECTION_ENDPOINT_PATH } from './introspection-endpoint.js';
 import { REVOCATION_ENDPOINT_PATH } from './revocation-endpoint.js';
 import { TOKEN_ENDPOINT_PATH } from './token-endpoint.js';
@@ -29,7 +29,7 @@ export function authorizationServerMetadata(context: TokengateContext) {
     token_endpoint: `${issuer}${TOKEN_ENDPOINT_PATH}`,
     revocation_endpoint: `${issuer}${REVOCATION_ENDPOINT_PATH}`,
     introspection_endpoint: `${issuer}${INTROSPECTION_ENDPOINT_PATH}`,
-    grant_types_supported: [...GRANTS.keys()],
+    grant_types_supported: [...GRANT_TYPES.keys()],
     response_types_supported: ['code'],
     code_challenge_methods_supported: ['S256'],
     token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],

@@ -27,7 +27,7 @@ export function registerRevocationEndpoint(scope: FastifyInstance, context: Toke
 }
 
 /**
- * An access token goes alone. A refresh token takes its whole grant family with it, the access
+ * An access token goes alone. A refresh token takes its whole token family with it, the access
  * tokens issued from the same grant included (RFC 7009 section 2.1: SHOULD).
  */
 function revoke(context: TokengateContext, found: FoundToken): Promise<number> {

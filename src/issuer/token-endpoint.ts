@@ -4,7 +4,7 @@ import { wireErrorOf } from '../error-handler.js';
 import { TokengateError } from '../errors.js';
 import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
-import { GRANTS, type Grant } from './grants/index.js';
+import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
 
 export const TOKEN_ENDPOINT_PATH = '/oauth/token';
@@ -26,28 +26,27 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
     async function tokenEndpoint(request) {
       const parameters = rejectRepeatedParameters(parseBody(request));
       const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
-      const grant = supportedGrantType(parameters);
-      checkGrantTypeAllowed(grant, client);
+      const grantType = supportedGrantType(parameters);
+      checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
-      const response = await grant.issue({ parameters, requestedScopes, client, context, log: request.log });
-      context.metrics.tokensIssued.inc({ grant_type: grant.type });
+      const response = await grantType.issue({ parameters, requestedScopes, client, context, log: request.log });
+      context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
     },
   );
 }
 
-function supportedGrantType(parameters: OAuthParameters): Grant {
-  const grantType = requireParameter(parameters, 'grant_type');
-  const grant = GRANTS.get(grantType);
-  if (grant === undefined) {
-    throw new TokengateError('UNSUPPORTED_GRANT_TYPE', { description: `Supported grant types: ${[...GRANTS.keys()].join(', ')}.` });
+function supportedGrantType(parameters: OAuthParameters): GrantType {
+  const grantType = GRANT_TYPES.get(requireParameter(parameters, 'grant_type'));
+  if (grantType === undefined) {
+    throw new TokengateError('UNSUPPORTED_GRANT_TYPE', { description: `Supported grant types: ${[...GRANT_TYPES.keys()].join(', ')}.` });
   }
-  return grant;
+  return grantType;
 }
 
-function checkGrantTypeAllowed(grant: Grant, client: AuthenticatedClient): void {
-  if (!client.application.confidential && !grant.allowsPublicClients) {
-    throw new TokengateError('UNAUTHORIZED_CLIENT', { description: `Public clients may not use the ${grant.type} grant.` });
+function checkGrantTypeAllowed(grantType: GrantType, client: AuthenticatedClient): void {
+  if (!client.application.confidential && !grantType.allowsPublicClients) {
+    throw new TokengateError('UNAUTHORIZED_CLIENT', { description: `Public clients may not use the ${grantType.type} grant.` });
   }
 }
 

@@ -1,5 +1,5 @@
 import type { IssuerConfig } from '../config/schema.js';
-import type { TokenStore } from '../store/store.js';
+import type { Store } from '../store/store.js';
 import { decoyPasswordHash, verifyPassword } from './passwords.js';
 
 /**
@@ -23,11 +23,11 @@ export class UserSourceUnavailableError extends Error {
   }
 }
 
-export function createUserSource(config: Readonly<IssuerConfig['users']>, store: TokenStore): UserSource {
+export function createUserSource(config: Readonly<IssuerConfig['users']>, store: Store): UserSource {
   return config.source === 'http' ? httpUserSource(config.url, config.timeoutMs) : storeUserSource(store);
 }
 
-function storeUserSource(store: TokenStore): UserSource {
+function storeUserSource(store: Store): UserSource {
   return {
     async verify(email, password) {
       const user = await store.findUserByEmail(email.toLowerCase());

@@ -11,17 +11,17 @@ import {
   type RevocationEvent,
   type RevocationFeed,
   type SessionRecord,
-  type TokenStore,
+  type Store,
   type UserRecord,
 } from './store.js';
 
 /**
- * Puts the token cache in front of `store`; the result is itself a TokenStore. It subscribes to
+ * Puts the token cache in front of `store`; the result is itself a Store. It subscribes to
  * the revocation feed in the background: until that is up (Redis may be down at start) it
  * reads every token from the store, as it does whenever the feed is down.
  */
-export function cached(store: TokenStore, config: CacheConfig, metrics: Metrics): CachedTokenStore {
-  return new CachedTokenStore(store, config, metrics);
+export function cached(store: Store, config: CacheConfig, metrics: Metrics): CachedStore {
+  return new CachedStore(store, config, metrics);
 }
 
 interface CachedToken {
@@ -65,7 +65,7 @@ interface PendingRead {
  *
  * Records handed out are frozen: several requests share one cached object.
  */
-export class CachedTokenStore implements TokenStore {
+export class CachedStore implements Store {
   private readonly valid: LRUCache<string, CachedToken>;
   /** digest -> epoch ms until which the token counts as unknown. */
   private readonly unknown: LRUCache<string, number>;
@@ -86,7 +86,7 @@ export class CachedTokenStore implements TokenStore {
   private readonly storeFailed;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: Store,
     config: CacheConfig,
     private readonly metrics: Metrics,
   ) {
@@ -108,7 +108,7 @@ export class CachedTokenStore implements TokenStore {
     this.subscribed = this.subscribe();
   }
 
-  get driver(): TokenStore['driver'] {
+  get driver(): Store['driver'] {
     return this.store.driver;
   }
 
@@ -289,7 +289,7 @@ export class CachedTokenStore implements TokenStore {
   }
 
   /**
-   * After revoking by user, application or grant family: the cache does not know the digests
+   * After revoking by user, application or token family: the cache does not know the digests
    * the store removed (their messages follow on the feed), so it drops every entry whose record
    * matches, at once, and keeps no read that was in flight meanwhile.
    */

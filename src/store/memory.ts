@@ -7,7 +7,7 @@ import type {
   RevocationEvent,
   RevocationFeed,
   SessionRecord,
-  TokenStore,
+  Store,
   UserRecord,
 } from './store.js';
 
@@ -66,7 +66,7 @@ const SWEEP_INTERVAL_MS = 30_000;
  * mutate what is stored, the same as with Redis. Not shared between processes: run the
  * `redis` driver as soon as there is more than one sidecar.
  */
-export class MemoryStore implements TokenStore {
+export class MemoryStore implements Store {
   readonly driver = 'memory' as const;
   private readonly applications = new Map<string, ApplicationRecord>();
   private readonly users = new Map<string, UserRecord>();

@@ -1,10 +1,10 @@
 import type { StoreConfig } from '../config/schema.js';
 import { MemoryStore } from './memory.js';
 import { RedisStore } from './redis.js';
-import type { TokenStore } from './store.js';
+import type { Store } from './store.js';
 
 /** Opens the configured store and proves it answers, so a bad Redis URL fails at start, not on the first request. */
-export async function openStore(config: StoreConfig): Promise<TokenStore> {
+export async function openStore(config: StoreConfig): Promise<Store> {
   if (config.driver === 'memory') return new MemoryStore();
   const store = new RedisStore({
     url: config.url,

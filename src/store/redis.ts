@@ -8,7 +8,7 @@ import type {
   RevocationEvent,
   RevocationFeed,
   SessionRecord,
-  TokenStore,
+  Store,
   UserRecord,
 } from './store.js';
 import { StoreUnavailableError } from './store.js';
@@ -96,7 +96,7 @@ export interface RedisStoreOptions {
   connectTimeoutMs: number;
 }
 
-export class RedisStore implements TokenStore {
+export class RedisStore implements Store {
   readonly driver = 'redis' as const;
   private readonly redis: Redis & ScriptCommands;
   private readonly prefix: string;

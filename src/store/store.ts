@@ -36,7 +36,7 @@ export interface AuthorizationCodeRecord {
   scopes: string[];
   codeChallenge: string | null;
   codeChallengeMethod: 'S256' | null;
-  /** The grant family the tokens issued from this code belong to. */
+  /** The token family the tokens issued from this code belong to. */
   familyId: string;
   issuedAt: number;
   expiresAt: number;
@@ -95,7 +95,7 @@ export interface RevocationFeed {
 
 export type StoreHealth = 'up' | 'down';
 
-export interface TokenStore {
+export interface Store {
   readonly driver: 'memory' | 'redis';
 
   /** Resolves when the store answers; rejects with StoreUnavailableError otherwise. */

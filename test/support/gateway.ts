@@ -1,7 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
+import type { AccessTokenRecord, Store } from '../../src/store/store.js';
 
 /** What an upstream received, as it received it. */
 export interface Received {
@@ -95,7 +95,7 @@ export function statusOf(answer: string): number {
 }
 
 /** Wraps a store, counting getAccessToken calls (the calls that would reach Redis); everything else passes through. */
-export function countingStore(store: TokenStore): { store: TokenStore; calls: { getAccessToken: number } } {
+export function countingStore(store: Store): { store: Store; calls: { getAccessToken: number } } {
   const calls = { getAccessToken: 0 };
   const counted = new Proxy(store, {
     get(target, key) {

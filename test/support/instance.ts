@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { buildTokengate, type Tokengate } from '../../src/app.js';
 import { parseConfig } from '../../src/config/load.js';
 import { clientSecretDigest } from '../../src/issuer/client-auth.js';
-import type { AccessTokenRecord, AuthorizationCodeRecord, TokenStore } from '../../src/store/store.js';
+import type { AccessTokenRecord, AuthorizationCodeRecord, Store } from '../../src/store/store.js';
 import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';
 import { USER_TOKEN } from './gateway.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
@@ -12,7 +12,7 @@ import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
 export interface RunningTokengate {
   readonly tokengate: Tokengate;
   /** The store it runs over, as `wrap` wrapped it. */
-  readonly store: TokenStore;
+  readonly store: Store;
   /** The Redis key prefix of its data (or of the instance it shares; unused when a `store` was given). */
   readonly prefix: string;
   /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
@@ -38,9 +38,9 @@ export interface StartOptions {
    */
   sharing?: RunningTokengate;
   /** A store to use instead of a fresh Redis prefix (e.g. one that cannot reach Redis); closed by close(), its data left alone. */
-  store?: TokenStore;
+  store?: Store;
   /** Puts a wrapper around the store, as the token cache does (e.g. one that counts reads). */
-  wrap?: (store: TokenStore) => TokenStore;
+  wrap?: (store: Store) => Store;
   /** A logger to use instead of a silent one (tests that read the log). */
   logger?: Logger;
 }
@@ -97,7 +97,7 @@ export interface TestApplication {
 
 /** Registers an application straight in the store, exactly as the admin API records one. */
 export async function registerApplication(
-  store: TokenStore,
+  store: Store,
   options: { confidential?: boolean; scopes?: string[]; redirectUri?: string } = {},
 ): Promise<TestApplication> {
   const confidential = options.confidential ?? true;
@@ -117,7 +117,7 @@ export async function registerApplication(
 }
 
 /** A user straight in the store (these tests never log in, so the hash is a placeholder). */
-export async function registerUser(store: TokenStore): Promise<string> {
+export async function registerUser(store: Store): Promise<string> {
   const id = randomUUID();
   await store.createUser({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
   return id;

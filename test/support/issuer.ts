@@ -1,5 +1,5 @@
 import { hashPassword } from '../../src/issuer/passwords.js';
-import type { ApplicationRecord, TokenStore } from '../../src/store/store.js';
+import type { ApplicationRecord, Store } from '../../src/store/store.js';
 
 export function application(overrides: Partial<ApplicationRecord> = {}): ApplicationRecord {
   return {
@@ -14,7 +14,7 @@ export function application(overrides: Partial<ApplicationRecord> = {}): Applica
   };
 }
 
-export async function createUser(store: TokenStore, id: string, email: string, password: string): Promise<void> {
+export async function createUser(store: Store, id: string, email: string, password: string): Promise<void> {
   const created = await store.createUser({ id, email: email.toLowerCase(), passwordHash: await hashPassword(password), createdAt: Date.now() });
   if (!created) throw new Error(`user ${email} exists already`);
 }

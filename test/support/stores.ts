@@ -1,10 +1,10 @@
-import type { AccessTokenRecord, TokenStore } from '../../src/store/store.js';
+import type { AccessTokenRecord, Store } from '../../src/store/store.js';
 
 /**
  * The real store, whose getAccessToken reads at once but hands its answer back only on
  * release(): a lookup frozen in flight, so a test can revoke or save while it is.
  */
-export function holdingReads(store: TokenStore): { store: TokenStore; read: Promise<void>; release(): void } {
+export function holdingReads(store: Store): { store: Store; read: Promise<void>; release(): void } {
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let markRead!: () => void;

@@ -1,5 +1,5 @@
 import type { IssuerConfig } from '../../config/schema.js';
-import type { TokenStore } from '../../store/store.js';
+import type { Store } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 
 /**
@@ -19,7 +19,7 @@ export class LoginThrottle {
   private readonly windowMs: number;
 
   constructor(
-    private readonly store: TokenStore,
+    private readonly store: Store,
     private readonly limits: Readonly<IssuerConfig['loginThrottle']>,
   ) {
     this.windowMs = Math.max(1, limits.windowSeconds * 1000);

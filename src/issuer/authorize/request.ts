@@ -1,6 +1,6 @@
 import type { IssuerConfig } from '../../config/schema.js';
 import { TokengateError } from '../../errors.js';
-import type { ApplicationRecord, TokenStore } from '../../store/store.js';
+import type { ApplicationRecord, Store } from '../../store/store.js';
 import { resolveScopes } from '../../token/scope.js';
 
 /**
@@ -46,7 +46,7 @@ const MAX_CLIENT_ID_LENGTH = 200;
 
 type IssuerSettings = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
-export async function validateAuthorizationRequest(query: unknown, store: TokenStore, issuer: IssuerSettings): Promise<AuthorizationRequest> {
+export async function validateAuthorizationRequest(query: unknown, store: Store, issuer: IssuerSettings): Promise<AuthorizationRequest> {
   const { parameters, repeated } = readParameters(query);
   const application = await registeredApplication(store, parameters.client_id, repeated);
   const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated);
@@ -78,7 +78,7 @@ function readParameters(query: unknown): { parameters: AuthorizationParameters; 
   return { parameters, repeated };
 }
 
-async function registeredApplication(store: TokenStore, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
+async function registeredApplication(store: Store, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
   if (repeated.includes('client_id')) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id repeated' });
   if (clientId === undefined) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id missing' });
   const application = clientId.length <= MAX_CLIENT_ID_LENGTH ? await store.getApplication(clientId) : null;

@@ -3,11 +3,11 @@ import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
 import { isWellFormedCodeVerifier, verifyCodeVerifier } from '../pkce.js';
-import type { Grant } from './grant.js';
+import type { GrantType } from './grant-type.js';
 import { invalidCredential, refuseLeakedCredential } from './single-use.js';
 
 /** RFC 6749 section 4.1.3, with PKCE (RFC 7636). Codes are minted and stored by /oauth/authorize. */
-export const authorizationCodeGrant: Grant = {
+export const authorizationCode: GrantType = {
   type: 'authorization_code',
   allowsPublicClients: true,
   async issue(request) {

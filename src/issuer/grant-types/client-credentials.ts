@@ -1,10 +1,10 @@
 import { TokengateError } from '../../errors.js';
 import { resolveScopes } from '../../token/scope.js';
 import { issueTokens } from '../issue-tokens.js';
-import type { Grant } from './grant.js';
+import type { GrantType } from './grant-type.js';
 
 /** RFC 6749 section 4.4: an application acting for itself. Confidential clients only; never a refresh token. */
-export const clientCredentialsGrant: Grant = {
+export const clientCredentials: GrantType = {
   type: 'client_credentials',
   allowsPublicClients: false,
   async issue({ parameters, client, context }) {

@@ -3,7 +3,7 @@ import { hasScopes } from '../../token/scope.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
-import type { Grant } from './grant.js';
+import type { GrantType } from './grant-type.js';
 import { invalidCredential, refuseLeakedCredential } from './single-use.js';
 
 /**
@@ -12,7 +12,7 @@ import { invalidCredential, refuseLeakedCredential } from './single-use.js';
  * `scope` may narrow the new access token, never widen it; the new refresh token keeps the
  * grant's full scope.
  */
-export const refreshTokenGrant: Grant = {
+export const refreshToken: GrantType = {
   type: 'refresh_token',
   allowsPublicClients: true,
   async issue(request) {

@@ -4,7 +4,7 @@ import type { AuthenticatedClient } from '../client-auth.js';
 import type { TokenResponse } from '../issue-tokens.js';
 import type { OAuthParameters } from '../oauth-request.js';
 
-export interface GrantRequest {
+export interface GrantTypeRequest {
   readonly parameters: OAuthParameters;
   /** The scope parameter as the endpoint's scope step parsed it; undefined when absent. */
   readonly requestedScopes: readonly string[] | undefined;
@@ -14,10 +14,10 @@ export interface GrantRequest {
 }
 
 /** One grant type of the token endpoint; the endpoint authenticates the client, then dispatches here. */
-export interface Grant {
+export interface GrantType {
   readonly type: string;
   /** Whether a public client (no secret) may use this grant. */
   readonly allowsPublicClients: boolean;
   /** Issues tokens or throws the TokengateError the request deserves. */
-  issue(request: GrantRequest): Promise<TokenResponse>;
+  issue(request: GrantTypeRequest): Promise<TokenResponse>;
 }
