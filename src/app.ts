@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
@@ -10,7 +10,7 @@ import { registerGateway } from './gateway/index.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
-import { createLogger } from './observability/logger.js';
+import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
@@ -56,7 +56,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   };
 
   const app = Fastify({
-    loggerInstance: log.child({ listener: 'public' }) as FastifyBaseLogger,
+    loggerInstance: fastifyLogger(log.child({ listener: 'public' })),
     bodyLimit: config.server.bodyLimit,
     trustProxy: config.server.trustProxy,
     requestTimeout: config.server.requestTimeoutMs,
@@ -72,7 +72,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     clientErrorHandler: renderClientError,
   });
   const ops = Fastify({
-    loggerInstance: log.child({ listener: 'ops' }) as FastifyBaseLogger,
+    loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
     logController: new LogController({ disableRequestLogging: true }),
   });
   for (const server of [app, ops]) {

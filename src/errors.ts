@@ -174,12 +174,30 @@ export function bearerChallenge(realm: string, failure?: { error: string; descri
   return challenge;
 }
 
+/** The response an error is answered with, wherever it is answered: its status, its headers and the RFC body. */
+export interface RenderedError {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: string;
+}
+
+/** The one rendering of a TokengateError: the RFC 6749 / RFC 6750 JSON body, never cached, with the error's own headers. */
+export function renderError(failure: TokengateError): RenderedError {
+  return {
+    status: failure.status,
+    headers: Object.freeze({ 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', ...failure.headers }),
+    body: JSON.stringify(failure.toBody()),
+  };
+}
+
 /**
  * A whole HTTP/1.1 error response as bytes, for failures found before there is a request
  * object to answer through (a head the parser refuses): the same body and headers as the
  * renderer in app.ts gives every other error, and the connection is closed after it.
  */
 export function rawErrorResponse(failure: TokengateError): string {
-  const body = JSON.stringify(failure.toBody());
-  return `HTTP/1.1 ${failure.status} ${STATUS_CODES[failure.status] ?? 'Error'}\r\ncontent-type: application/json; charset=utf-8\r\ncache-control: no-store\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  const { status, headers, body } = renderError(failure);
+  let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\n`;
+  for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`;
+  return `${head}content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
 }

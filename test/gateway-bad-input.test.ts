@@ -184,3 +184,47 @@ describe('malformed credentials in bodies and queries', () => {
     expect(organizerApi.received.at(-1)!.headers['content-length']).toBe('2');
   });
 });
+
+describe('bodies and parameters built to hurt', () => {
+  const post = (path: string, type: string, body: string) =>
+    rawRequest(
+      gateway.port,
+      `POST ${path} HTTP/1.1\r\nHost: gateway.test\r\nContent-Type: ${type}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
+
+  it('takes the token out of a JSON body nested thousands deep, forwarding every other byte as sent', async () => {
+    const nested = `${'['.repeat(6_000)}${']'.repeat(6_000)}`;
+    const answer = await post('/api/public/tickets', 'application/json', `{"access_token":"${userToken}","a":${nested},"n":12345678901234567890}`);
+    expect(statusOf(answer)).toBe(200);
+    expect(userApi.received.at(-1)!.body).toBe(`{"a":${nested},"n":12345678901234567890}`);
+  });
+
+  it('answers 401, not 500, for a deeply nested JSON body with an unknown token', async () => {
+    const before = forwardedCount();
+    const answer = await post('/api/public/tickets', 'application/json', `{"access_token":"x","a":${'['.repeat(6_000)}${']'.repeat(6_000)}}`);
+    expect(statusOf(answer)).toBe(401);
+    expect(forwardedCount()).toBe(before);
+  });
+
+  it('refuses parameters that frameworks read as access_token although they are spelled otherwise', async () => {
+    const before = forwardedCount();
+    const get = (query: string) => rawRequest(gateway.port, `GET /api/public/tickets?${query} HTTP/1.1\r\nHost: gateway.test\r\nConnection: close\r\n\r\n`);
+    const spellings = [
+      'ACCESS_TOKEN=x',
+      'Access_Token=x',
+      'access_token[]=x',
+      'access_token%5B%5D=x',
+      'access_token[0]=x',
+      'access.token=x',
+      'access%20token=x',
+    ];
+    for (const spelling of spellings) {
+      const answer = await get(`${spelling}&access_token=${userToken}`);
+      expect({ spelling, status: statusOf(answer) }).toEqual({ spelling, status: 400 });
+      expect(bodyOf(answer)).toMatchObject({ error: 'invalid_request' });
+    }
+    const form = await post('/api/public/tickets', 'application/x-www-form-urlencoded', `ACCESS_TOKEN=x&access_token=${userToken}`);
+    expect(statusOf(form)).toBe(400);
+    expect(forwardedCount()).toBe(before);
+  });
+});

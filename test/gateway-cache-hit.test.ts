@@ -56,7 +56,7 @@ describe('the cache-hit path', () => {
     expect(calls.getAccessToken - storeCalls).toBe(0);
     expect((await forgedTokens()) - forged).toBe(3);
     expect((await cacheHits()) - hits).toBe(0);
-    expect(gateway.tokengate.context.cache!.freshAccessToken(tokenDigest(foreign))).toBeUndefined();
+    expect(gateway.tokengate.context.cache!.peek(tokenDigest(foreign))).toBeUndefined();
   });
 
   it('refuses a cached token as soon as it is revoked, though hits skip the tag check', async () => {

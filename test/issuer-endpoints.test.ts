@@ -262,11 +262,19 @@ describe('GET /oauth/token/info (Doorkeeper)', () => {
   });
 
   it('answers 401 with a bare Bearer challenge when no token is presented (RFC 6750 3.1)', async () => {
-    for (const authorization of [undefined, 'Basic abc', 'Bearer']) {
+    for (const authorization of [undefined, 'Basic abc']) {
       const response = await tokenInfo(authorization);
       expect(response.status).toBe(401);
       expect(response.headers.get('www-authenticate')).toBe('Bearer realm="tokengate"');
       expect(await response.json()).toMatchObject({ error: 'invalid_token' });
+    }
+  });
+
+  it("reads the Authorization header with the gateway's grammar: a malformed Bearer credential is 400 invalid_request", async () => {
+    for (const authorization of ['Bearer', 'Bearer a b', 'Bearer tok"en', 'Bearer  ']) {
+      const response = await tokenInfo(authorization);
+      expect(response.status).toBe(400);
+      expect(await response.json()).toMatchObject({ error: 'invalid_request' });
     }
   });
 

@@ -1,8 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { TokengateError } from '../errors.js';
+import { parseBearer } from '../http/bearer.js';
 import { constantTimeEqual } from '../token/constant-time.js';
-
-const BEARER = /^Bearer +(\S+) *$/i;
 
 /**
  * With `admin.token` set, every admin request carries it as a bearer token. Without it the API
@@ -13,9 +12,10 @@ export function requireAdminToken(expected: string) {
     // Responses carry client secrets and user data: no cache keeps them.
     reply.header('cache-control', 'no-store');
     if (expected === '') return;
-    const presented = BEARER.exec(request.headers.authorization ?? '')?.[1];
-    if (presented === undefined || !constantTimeEqual(presented, expected)) {
-      throw new TokengateError('ADMIN_UNAUTHORIZED', { detail: presented === undefined ? 'no admin token' : 'wrong admin token' });
+    const authorization = request.headers.authorization;
+    const presented = authorization === undefined ? null : parseBearer(authorization);
+    if (typeof presented !== 'string' || !constantTimeEqual(presented, expected)) {
+      throw new TokengateError('ADMIN_UNAUTHORIZED', { detail: typeof presented !== 'string' ? 'no admin token' : 'wrong admin token' });
     }
   };
 }

@@ -4,6 +4,7 @@ import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
+import { isBearerToken } from '../http/bearer.js';
 import { decodeTagKey } from '../token/token-value.js';
 
 /** One thing wrong with a config file, located by its key path (`routes[2].upstream`). */
@@ -136,6 +137,11 @@ function checkSemantics(config: Config): ConfigProblem[] {
   }
   if (config.admin.token !== '' && config.admin.token.length < 16) {
     problems.push({ path: 'admin.token', message: 'must be at least 16 characters' });
+  } else if (config.admin.token !== '' && !isBearerToken(config.admin.token)) {
+    problems.push({
+      path: 'admin.token',
+      message: 'must be sendable as a bearer token: letters, digits and - . _ ~ + /, optionally ending in = (e.g. openssl rand -base64 32)',
+    });
   }
   if (config.store.driver === 'redis' && !/^rediss?:\/\//.test(config.store.url)) {
     problems.push({ path: 'store.url', message: 'expected a redis:// or rediss:// URL' });

@@ -1,6 +1,6 @@
 import type { GatewayConfig, RouteConfig } from './schema.js';
 import type { ConfigProblem } from './load.js';
-import { normalizePath } from '../gateway/normalize-path.js';
+import { normalizePath } from '../http/path.js';
 import { isScopeToken } from '../token/scope.js';
 
 /** Methods a route may list: the ones the gateway forwards (TRACE and CONNECT never are). */

@@ -22,6 +22,12 @@ export const ServerSchema = closed({
   trustProxy: Type.Boolean({ default: false, description: 'Trust X-Forwarded-* from the peer (only behind a trusted load balancer).' }),
   bodyLimit: Type.Integer({ minimum: 1024, default: 1_048_576, description: 'Largest request body accepted, in bytes.' }),
   maxHeaderSize: Type.Integer({ minimum: 1024, default: 16_384, description: 'Largest request head accepted, in bytes (larger: 431).' }),
+  maxHeaders: Type.Integer({
+    minimum: 16,
+    maximum: 1000,
+    default: 100,
+    description: 'Most header fields a gateway request may carry (more: 431), so that no upstream drops the identity headers to stay under its own limit.',
+  }),
   requestTimeoutMs: Milliseconds(60_000, 'Time a client has to send a whole request.'),
   shutdownGraceMs: Milliseconds(10_000, 'On SIGTERM/SIGINT, how long in-flight requests may take before the process exits anyway.'),
 });

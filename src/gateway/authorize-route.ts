@@ -1,4 +1,4 @@
-import type { AccessTokenRecord } from '../store/store.js';
+import type { VerifiedToken } from '../token/verified-token.js';
 import { hasScopes } from '../token/scope.js';
 import type { RouteDenialReason } from './denials.js';
 
@@ -18,11 +18,8 @@ export function isMethodAllowed(route: AuthorizationRoute, method: string): bool
  * tokens, organizer APIs application tokens) and every scope the route requires. Both refusals
  * are 403 insufficient_scope (RFC 6750 3.1) naming the route's scopes.
  */
-export function authorizeRoute(
-  route: AuthorizationRoute,
-  grant: AccessTokenRecord,
-): Extract<RouteDenialReason, 'wrong_token_kind' | 'insufficient_scope'> | null {
-  if (route.token !== 'any' && route.token !== grant.kind) return 'wrong_token_kind';
-  if (!hasScopes(grant.scopes, route.scopes)) return 'insufficient_scope';
+export function authorizeRoute(route: AuthorizationRoute, token: VerifiedToken): Extract<RouteDenialReason, 'wrong_token_kind' | 'insufficient_scope'> | null {
+  if (route.token !== 'any' && route.token !== token.kind) return 'wrong_token_kind';
+  if (!hasScopes(token.scopes, route.scopes)) return 'insufficient_scope';
   return null;
 }

@@ -1,5 +1,8 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import type { FastifyRequest } from 'fastify';
+import { MALFORMED_BEARER, parseBearer } from '../http/bearer.js';
+import { parameterTaker } from '../http/form.js';
+import { takeJsonMember } from '../http/json-member.js';
 import type { RouteDenialReason } from './denials.js';
 
 /**
@@ -14,18 +17,27 @@ import type { RouteDenialReason } from './denials.js';
  *   `application/json` body of a POST request, on routes that accept body tokens. Only such a
  *   body is read (up to server.bodyLimit); every other body streams to the upstream untouched.
  * Two methods at once, a repeated parameter or two Authorization headers: 400 invalid_request.
+ * So is a query or form parameter that frameworks read as `access_token` although it is
+ * spelled otherwise (`ACCESS_TOKEN`, `access_token[]`): it would reach the upstream unchecked.
  */
 export interface Credential {
   readonly token: string;
   /** The query string to forward (without `?`): the request's, minus every access_token parameter. */
   readonly query: string;
-  /** The body to forward when it had to be read (re-encoded without access_token), else undefined. */
+  /** The body to forward when it had to be read (without access_token), else undefined. */
   readonly body: Buffer | undefined;
 }
 
 export type ExtractionFailure = Extract<
   RouteDenialReason,
-  'token_missing' | 'malformed_credential' | 'multiple_credentials' | 'query_token_not_allowed' | 'query_token_wrong_method' | 'invalid_body' | 'body_too_large'
+  | 'token_missing'
+  | 'malformed_credential'
+  | 'multiple_credentials'
+  | 'credential_lookalike'
+  | 'query_token_not_allowed'
+  | 'query_token_wrong_method'
+  | 'invalid_body'
+  | 'body_too_large'
 >;
 
 interface ExtractionRoute {
@@ -33,33 +45,44 @@ interface ExtractionRoute {
   readonly allowBodyToken: boolean;
 }
 
+/** The parts of a request a credential can be in. */
+export interface CredentialSource {
+  readonly method?: string | undefined;
+  readonly headers: IncomingHttpHeaders;
+  readonly rawHeaders: readonly string[];
+}
+
 const TOKEN_PARAMETER = 'access_token';
-/** RFC 6750 2.1: credentials = "Bearer" 1*SP b64token. */
-const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*)$/i;
-/** A header that names the Bearer scheme but does not match BEARER is malformed, not another scheme. */
-const BEARER_SCHEME = /^bearer(?:[ \t]|$)/i;
+const takeTokenParameter = parameterTaker(TOKEN_PARAMETER);
 const FORM = 'application/x-www-form-urlencoded';
 const JSON_TYPE = 'application/json';
 
+/**
+ * The one credential of a request, or why there is none. Synchronous unless a body has to be
+ * read (`body`: the request body, on a route that accepts body tokens; null where bodies are
+ * never read).
+ */
 export function extractCredential(
-  request: FastifyRequest,
   route: ExtractionRoute,
+  request: CredentialSource,
   rawQuery: string,
+  body: Readable | null,
   bodyLimit: number,
 ): Credential | ExtractionFailure | Promise<Credential | ExtractionFailure> {
   let token: string | undefined;
   const authorization = request.headers.authorization;
   if (authorization !== undefined) {
     // Node keeps only the first of repeated Authorization headers: refuse the ambiguity instead.
-    if (countHeader(request.raw.rawHeaders, 'authorization') > 1) return 'multiple_credentials';
-    const bearer = BEARER.exec(authorization);
-    if (bearer !== null) token = bearer[1];
-    else if (authorization === '' || BEARER_SCHEME.test(authorization)) return 'malformed_credential';
+    if (countHeader(request.rawHeaders, 'authorization') > 1) return 'multiple_credentials';
+    const bearer = parseBearer(authorization);
+    if (bearer === MALFORMED_BEARER) return 'malformed_credential';
+    if (bearer !== null) token = bearer;
   }
 
   let query = rawQuery;
-  const fromQuery = rawQuery === '' ? null : takeParameter(rawQuery, TOKEN_PARAMETER);
+  const fromQuery = rawQuery === '' ? null : takeTokenParameter(rawQuery);
   if (fromQuery !== null) {
+    if (fromQuery.lookalike) return 'credential_lookalike';
     if (!route.allowQueryToken) return 'query_token_not_allowed';
     if (request.method !== 'GET' && request.method !== 'HEAD') return 'query_token_wrong_method';
     if (token !== undefined || fromQuery.values.length > 1) return 'multiple_credentials';
@@ -68,22 +91,23 @@ export function extractCredential(
     query = fromQuery.rest;
   }
 
-  if (route.allowBodyToken && request.method === 'POST') {
+  if (body !== null && route.allowBodyToken && request.method === 'POST') {
     const type = mediaType(request.headers['content-type']);
-    if (type === FORM || type === JSON_TYPE) return extractFromBody(request, type, token, query, bodyLimit);
+    if (type === FORM || type === JSON_TYPE) return extractFromBody(request, body, type, token, query, bodyLimit);
   }
   return token === undefined ? 'token_missing' : { token, query, body: undefined };
 }
 
 async function extractFromBody(
-  request: FastifyRequest,
+  request: CredentialSource,
+  body: Readable,
   type: string,
   earlier: string | undefined,
   query: string,
   bodyLimit: number,
 ): Promise<Credential | ExtractionFailure> {
   if (Number(request.headers['content-length']) > bodyLimit) return 'body_too_large';
-  const raw = request.body === undefined ? Buffer.alloc(0) : await readBody(request.body as Readable, bodyLimit);
+  const raw = await readBody(body, bodyLimit);
   if (typeof raw === 'string') return raw;
   const taken = type === FORM ? takeFormToken(raw) : takeJsonToken(raw);
   if (typeof taken === 'string') return taken;
@@ -94,52 +118,22 @@ async function extractFromBody(
   return { token, query, body: taken.body };
 }
 
+type TakenToken = { values: ReadonlyArray<string | undefined>; body: Buffer } | null;
+
 /** The form body without its access_token pairs; the other pairs keep their bytes. */
-function takeFormToken(raw: Buffer): { values: Array<string | undefined>; body: Buffer } | null {
+function takeFormToken(raw: Buffer): TakenToken | 'credential_lookalike' {
   // latin1 maps bytes 1:1, so pairs that are not touched are forwarded byte for byte.
-  const taken = takeParameter(raw.toString('latin1'), TOKEN_PARAMETER);
-  return taken === null ? null : { values: taken.values, body: Buffer.from(taken.rest, 'latin1') };
+  const taken = takeTokenParameter(raw.toString('latin1'));
+  if (taken === null) return null;
+  if (taken.lookalike) return 'credential_lookalike';
+  return { values: taken.values, body: Buffer.from(taken.rest, 'latin1') };
 }
 
-/** The JSON body without its top-level access_token member, re-encoded; null when it has none. */
-function takeJsonToken(raw: Buffer): { values: Array<string | undefined>; body: Buffer } | null | 'invalid_body' {
-  let value: unknown;
-  try {
-    value = JSON.parse(raw.toString('utf8'));
-  } catch {
-    return 'invalid_body';
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value) || !Object.hasOwn(value, TOKEN_PARAMETER)) return null;
-  const { [TOKEN_PARAMETER]: token, ...rest } = value as Record<string, unknown>;
-  return { values: [typeof token === 'string' ? token : undefined], body: Buffer.from(JSON.stringify(rest)) };
-}
-
-/**
- * Splits an `application/x-www-form-urlencoded` string (a query or a form body) into the decoded
- * values of parameter `name` and the remaining pairs, joined as they were. Names are compared
- * after decoding, so `access%5Ftoken` is `access_token` too. A value that does not decode is
- * undefined (malformed). Null when `name` does not occur.
- */
-function takeParameter(encoded: string, name: string): { values: Array<string | undefined>; rest: string } | null {
-  // Without the name spelled out or any escape, the parameter cannot be there: the common case costs two scans.
-  if (!encoded.includes(name) && !encoded.includes('%')) return null;
-  const values: Array<string | undefined> = [];
-  const kept: string[] = [];
-  for (const pair of encoded.split('&')) {
-    const equals = pair.indexOf('=');
-    const pairName = equals === -1 ? pair : pair.slice(0, equals);
-    if (decodeFormComponent(pairName) === name) values.push(equals === -1 ? '' : decodeFormComponent(pair.slice(equals + 1)));
-    else kept.push(pair);
-  }
-  return values.length === 0 ? null : { values, rest: kept.join('&') };
-}
-
-function decodeFormComponent(value: string): string | undefined {
-  try {
-    return decodeURIComponent(value.replace(/\+/g, ' '));
-  } catch {
-    return undefined;
-  }
+/** The JSON body without its top-level access_token member, every other byte as sent; null when it has none. */
+function takeJsonToken(raw: Buffer): TakenToken | 'invalid_body' {
+  const taken = takeJsonMember(raw, TOKEN_PARAMETER);
+  if (taken === 'invalid') return 'invalid_body';
+  return taken === null ? null : { values: taken.values, body: taken.rest };
 }
 
 /** The body, or why it is refused; reading stops at `limit` bytes. */

@@ -2,7 +2,7 @@ import type { Config, RouteConfig } from '../config/schema.js';
 import { normalizePrefix } from '../config/routes.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { TokenKind } from '../token/kinds.js';
-import { PATH_REFUSALS, type PathRefusal } from './normalize-path.js';
+import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 import { compileRouteDenials, compileUnroutedDenials, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
 
 /** One configured route, compiled at start: everything a request needs is a field read away. */

@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { TokengateError } from '../errors.js';
+import { decodeFormComponent } from '../http/form.js';
 import type { ApplicationRecord, Store } from '../store/store.js';
 import { constantTimeEqual } from '../token/constant-time.js';
 import { tokenDigest } from '../token/token-value.js';
@@ -103,21 +104,13 @@ function parseBasicCredentials(authorization: string): { clientId: string; secre
   const encoded = BASIC.exec(authorization)?.[1];
   const decoded = encoded === undefined ? '' : Buffer.from(encoded, 'base64').toString('utf8');
   const separator = decoded.indexOf(':');
-  const clientId = separator > 0 ? formDecode(decoded.slice(0, separator)) : null;
-  const secret = separator > 0 ? formDecode(decoded.slice(separator + 1)) : null;
-  if (clientId === null || secret === null || clientId === '' || secret === '') {
+  const clientId = separator > 0 ? decodeFormComponent(decoded.slice(0, separator)) : undefined;
+  const secret = separator > 0 ? decodeFormComponent(decoded.slice(separator + 1)) : undefined;
+  if (clientId === undefined || secret === undefined || clientId === '' || secret === '') {
     throw new TokengateError('INVALID_CLIENT', {
       description: 'The Authorization header must carry HTTP Basic client credentials.',
       detail: 'malformed or non-Basic Authorization header',
     });
   }
   return { clientId, secret };
-}
-
-function formDecode(value: string): string | null {
-  try {
-    return decodeURIComponent(value.replace(/\+/g, ' '));
-  } catch {
-    return null;
-  }
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
+import { MALFORMED_BEARER, parseBearer } from '../http/bearer.js';
 import { findAccessToken } from './find-token.js';
 import { noCache } from './oauth-request.js';
 
@@ -15,8 +16,6 @@ interface TokenInfo {
   created_at: number;
 }
 
-const BEARER = /^Bearer +(\S+) *$/i;
-
 /**
  * GET /oauth/token/info, Doorkeeper's shape. The access token comes in the Authorization header
  * (RFC 6750 section 2.1); no token is a 401 with a bare Bearer challenge, an unknown, expired,
@@ -25,8 +24,9 @@ const BEARER = /^Bearer +(\S+) *$/i;
 export function registerTokenInfoEndpoint(scope: FastifyInstance, context: TokengateContext): void {
   scope.get(TOKEN_INFO_ENDPOINT_PATH, { onRequest: noCache }, async function tokenInfoEndpoint(request): Promise<TokenInfo> {
     const authorization = request.headers.authorization;
-    const token = authorization === undefined ? undefined : BEARER.exec(authorization)?.[1];
-    if (token === undefined) throw new TokengateError('TOKEN_MISSING', { description: 'An access token is required in the Authorization header (Bearer).' });
+    const token = authorization === undefined ? null : parseBearer(authorization);
+    if (token === MALFORMED_BEARER) throw new TokengateError('INVALID_REQUEST', { description: 'The Authorization header is not a valid bearer credential.' });
+    if (token === null) throw new TokengateError('TOKEN_MISSING', { description: 'An access token is required in the Authorization header (Bearer).' });
     const found = await findAccessToken(context, token);
     if (found === null) throw new TokengateError('INVALID_TOKEN');
     const { record } = found;

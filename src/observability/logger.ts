@@ -1,5 +1,5 @@
-import type { FastifyRequest } from 'fastify';
-import { pino, type Logger, type LoggerOptions } from 'pino';
+import type { FastifyBaseLogger, FastifyRequest } from 'fastify';
+import { pino, type Bindings, type ChildLoggerOptions, type Logger, type LoggerOptions } from 'pino';
 
 /**
  * Query parameters whose values are secrets. The gateway accepts `access_token` in the query
@@ -54,4 +54,76 @@ export function loggerOptions(level: string): LoggerOptions {
 
 export function createLogger(level: string): Logger {
   return pino(loggerOptions(level));
+}
+
+type LogMethod = (...args: unknown[]) => void;
+type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
+
+/**
+ * The logger a fastify instance is given: `log` itself, except that its children, one per
+ * request, are built lazily: a request's pino child (its bindings serialized, the redaction
+ * compiled in) is made the first time the request logs at an enabled level. Most requests log
+ * nothing, and building one per request cost more than the gateway's own checks. (A fastify
+ * childLoggerFactory would do the same, but fastify validates what a custom factory returns
+ * on every request.)
+ */
+export function fastifyLogger(log: Logger): FastifyBaseLogger {
+  const root = Object.create(log) as Logger;
+  root.child = ((bindings: Bindings, options?: ChildLoggerOptions) => new LazyChildLogger(log, bindings, options ?? {})) as unknown as Logger['child'];
+  return root as unknown as FastifyBaseLogger;
+}
+
+class LazyChildLogger {
+  #child: Logger | undefined;
+
+  constructor(
+    private readonly parent: Logger,
+    private readonly bindings: Bindings,
+    private readonly options: ChildLoggerOptions,
+  ) {}
+
+  private get logger(): Logger {
+    return (this.#child ??= this.parent.child(this.bindings, this.options));
+  }
+
+  private log(level: Level, args: unknown[]): void {
+    if (this.#child !== undefined || this.parent.isLevelEnabled(level)) (this.logger[level] as LogMethod)(...args);
+  }
+
+  get level(): string {
+    return (this.#child ?? this.parent).level;
+  }
+
+  set level(level: string) {
+    this.logger.level = level;
+  }
+
+  isLevelEnabled(level: string): boolean {
+    return (this.#child ?? this.parent).isLevelEnabled(level);
+  }
+
+  /** Lazy too: fastify gives each plugin a child logger, and each request a child of that. */
+  child(bindings: Bindings, options?: ChildLoggerOptions): LazyChildLogger {
+    return new LazyChildLogger(this.logger, bindings, options ?? {});
+  }
+
+  fatal(...args: unknown[]): void {
+    this.log('fatal', args);
+  }
+  error(...args: unknown[]): void {
+    this.log('error', args);
+  }
+  warn(...args: unknown[]): void {
+    this.log('warn', args);
+  }
+  info(...args: unknown[]): void {
+    this.log('info', args);
+  }
+  debug(...args: unknown[]): void {
+    this.log('debug', args);
+  }
+  trace(...args: unknown[]): void {
+    this.log('trace', args);
+  }
+  silent(): void {}
 }

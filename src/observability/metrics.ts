@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { SlotCounter, SlotHistogram } from './slot-metrics.js';
 
 /**
  * Every metric tokengate exports, created once per instance on its own registry (two
@@ -13,20 +14,21 @@ export function createMetrics() {
   const registers = [registry];
   return {
     registry,
-    gatewayRequests: new Counter({
-      name: 'tokengate_gateway_requests_total',
-      help: 'Requests the gateway decided on, by route, outcome (forwarded or denied) and reason.',
-      labelNames: ['route', 'outcome', 'reason'] as const,
-      registers,
-    }),
-    gatewayDuration: new Histogram({
-      name: 'tokengate_gateway_request_duration_seconds',
-      help: 'Time from request to the response head, forwarded requests included, by route.',
-      labelNames: ['route'] as const,
-      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers,
-    }),
-    cacheHits: new Counter({ name: 'tokengate_cache_hits_total', help: 'Token lookups answered from the in-process cache with a valid token.', registers }),
+    // The request path's metrics are slots (src/observability/slot-metrics.ts): one addition per request.
+    gatewayRequests: new SlotCounter(
+      'tokengate_gateway_requests_total',
+      'Requests the gateway decided on, by route, outcome (forwarded or denied) and reason.',
+      ['route', 'outcome', 'reason'],
+      registry,
+    ),
+    gatewayDuration: new SlotHistogram(
+      'tokengate_gateway_request_duration_seconds',
+      'Time from request to the response head, forwarded requests included, by route.',
+      ['route'],
+      [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registry,
+    ),
+    cacheHits: new SlotCounter('tokengate_cache_hits_total', 'Token lookups answered from the in-process cache with a valid token.', [], registry),
     cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
     cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),
     cacheSharedMisses: new Counter({

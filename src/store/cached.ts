@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { CacheConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { VerifiedToken } from '../token/verified-token.js';
 import {
   StoreUnavailableError,
   type AccessTokenRecord,
@@ -24,8 +25,12 @@ export function cached(store: Store, config: CacheConfig, metrics: Metrics): Cac
   return new CachedStore(store, config, metrics);
 }
 
-interface CachedToken {
-  readonly record: AccessTokenRecord;
+/**
+ * One cached token: the verified token itself (what the gateway reads) and how long the cache
+ * answers for it. One flat frozen object per token, its client id and scope list shared with
+ * every other token that has the same ones, so 100,000 cached tokens stay a few tens of MB.
+ */
+interface CachedToken extends VerifiedToken {
   /** Epoch ms until which the cache answers for this token by itself. */
   readonly freshUntil: number;
   /** Epoch ms until which the cache answers for it while the store fails (>= freshUntil, <= expiresAt). */
@@ -34,7 +39,7 @@ interface CachedToken {
 
 /** A store read in flight, which concurrent misses for the same token join. */
 interface PendingRead {
-  promise: Promise<AccessTokenRecord | null>;
+  promise: Promise<VerifiedToken | null>;
   /**
    * A revocation, a save or a reset happened while it was in flight: its answer still goes to
    * the callers already waiting (they asked before), but it is not cached.
@@ -70,6 +75,7 @@ export class CachedStore implements Store {
   /** digest -> epoch ms until which the token counts as unknown. */
   private readonly unknown: LRUCache<string, number>;
   private readonly pending = new Map<string, PendingRead>();
+  private readonly shared = new SharedValues();
   private readonly ttlMs: number;
   private readonly negativeTtlMs: number;
   private readonly staleMs: number;
@@ -79,7 +85,8 @@ export class CachedStore implements Store {
   /** Resolves once revocations from every sidecar arrive (or the store closed first). */
   readonly subscribed: Promise<void>;
 
-  // Metric children bound once: a cache hit costs one counter increment.
+  // Metric children bound once: a cache hit costs one addition.
+  private readonly hits;
   private readonly validEntries;
   private readonly unknownEntries;
   private readonly storeOk;
@@ -99,6 +106,7 @@ export class CachedStore implements Store {
     unknownEvictions.inc(0);
     this.valid = new LRUCache<string, CachedToken>({ max: config.maxEntries, dispose: countEvictions(validEvictions) });
     this.unknown = new LRUCache<string, number>({ max: config.negativeMaxEntries, dispose: countEvictions(unknownEvictions) });
+    this.hits = metrics.cacheHits.labels();
     this.validEntries = metrics.cacheEntries.labels('valid');
     this.unknownEntries = metrics.cacheEntries.labels('unknown');
     this.storeOk = metrics.storeDuration.labels('ok');
@@ -144,32 +152,33 @@ export class CachedStore implements Store {
   }
 
   /**
-   * The gateway's hit path: the record when the cache answers for `digest` by itself (fresh,
-   * revocation feed up), with no I/O and no promise; undefined when only getAccessToken can
-   * tell. Every entry was read for a value that passed the tag check (the gateway and the
-   * issuer check it before any lookup), so a hit here needs no second check.
+   * The gateway's lookup, in two halves so that a hit costs one LRU read and no promise:
+   * `peek` finds the entry, `answers` says whether the cache answers for it by itself (fresh,
+   * revocation feed up; a hit is counted). Otherwise `miss(digest, peeked)` goes on from what
+   * `peek` found. Every entry was read for a value that passed the tag check (the gateway and the
+   * issuer check it before any lookup), so a hit needs no second check.
    */
-  freshAccessToken(digest: string): AccessTokenRecord | undefined {
+  peek(digest: string): CachedToken | undefined {
+    return this.valid.get(digest);
+  }
+
+  answers(entry: CachedToken): boolean {
+    if (!(Date.now() < entry.freshUntil && this.feedUp)) return false;
+    this.hits.inc();
+    return true;
+  }
+
+  /** The issuer's lookup (the gateway's is peek, answers, miss): the cached token itself, frozen, a record with more fields. */
+  getAccessToken(digest: string): Promise<VerifiedToken | null> {
     const entry = this.valid.get(digest);
-    if (entry === undefined || !this.answersFor(entry, Date.now())) return undefined;
-    this.metrics.cacheHits.inc();
-    return entry.record;
+    return entry !== undefined && this.answers(entry) ? Promise.resolve(entry) : this.miss(digest, entry);
   }
 
-  private answersFor(entry: CachedToken, now: number): boolean {
-    return now < entry.freshUntil && this.feedUp;
-  }
-
-  // The hit path: one clock read, two map lookups at most, one counter.
-  getAccessToken(digest: string): Promise<AccessTokenRecord | null> {
+  /** What the cache cannot answer by itself: a known-expired or known-unknown token, or a store read. */
+  miss(digest: string, entry: CachedToken | undefined): Promise<VerifiedToken | null> {
     const now = Date.now();
-    const entry = this.valid.get(digest);
     if (entry !== undefined) {
-      if (this.answersFor(entry, now)) {
-        this.metrics.cacheHits.inc();
-        return Promise.resolve(entry.record);
-      }
-      if (now >= entry.record.expiresAt) {
+      if (now >= entry.expiresAt) {
         // Known expired: no store can make it valid again.
         this.valid.delete(digest);
         this.countEntries();
@@ -185,7 +194,7 @@ export class CachedStore implements Store {
     return this.readThrough(digest, entry);
   }
 
-  private async readThrough(digest: string, entry: CachedToken | undefined): Promise<AccessTokenRecord | null> {
+  private async readThrough(digest: string, entry: CachedToken | undefined): Promise<VerifiedToken | null> {
     try {
       return await this.read(digest);
     } catch (error) {
@@ -194,14 +203,14 @@ export class CachedStore implements Store {
       // the configured grace past it, and never past its own expiry (which may pass while the
       // store is being asked: then it is known invalid, store or not).
       const now = Date.now();
-      if (now >= entry.record.expiresAt) return null;
+      if (now >= entry.expiresAt) return null;
       if (now >= entry.staleUntil) throw error;
       this.metrics.cacheStaleHits.inc();
-      return entry.record;
+      return entry;
     }
   }
 
-  private read(digest: string): Promise<AccessTokenRecord | null> {
+  private read(digest: string): Promise<VerifiedToken | null> {
     const inFlight = this.pending.get(digest);
     if (inFlight !== undefined) {
       this.metrics.cacheSharedMisses.inc();
@@ -214,7 +223,7 @@ export class CachedStore implements Store {
     return pending.promise;
   }
 
-  private async fetch(digest: string, pending: PendingRead): Promise<AccessTokenRecord | null> {
+  private async fetch(digest: string, pending: PendingRead): Promise<VerifiedToken | null> {
     const started = performance.now();
     let record: AccessTokenRecord | null;
     try {
@@ -229,23 +238,35 @@ export class CachedStore implements Store {
     this.storeOk.observe((performance.now() - started) / 1000);
     this.metrics.storeUp.set(1);
     const now = Date.now();
-    if (record !== null && record.expiresAt <= now) record = null;
-    if (record !== null) {
-      Object.freeze(record.scopes);
-      Object.freeze(record);
-    }
-    if (!pending.outdated) this.remember(digest, record, now);
-    return record;
+    const entry = record === null || record.expiresAt <= now ? null : this.entryFor(record, now);
+    if (!pending.outdated) this.remember(digest, entry, now);
+    return entry;
   }
 
-  private remember(digest: string, record: AccessTokenRecord | null, now: number): void {
-    if (record === null) {
+  private entryFor(record: AccessTokenRecord, now: number): CachedToken {
+    const freshUntil = Math.min(now + this.ttlMs, record.expiresAt);
+    const scopes = this.shared.scopes(record.scopes);
+    // Always the same properties in the same order: one hidden class for every entry.
+    return Object.freeze({
+      kind: record.kind,
+      clientId: this.shared.clientId(record.clientId),
+      userId: record.userId,
+      scopes: scopes.list,
+      scope: scopes.joined,
+      familyId: record.familyId,
+      issuedAt: record.issuedAt,
+      expiresAt: record.expiresAt,
+      freshUntil,
+      staleUntil: Math.min(freshUntil + this.staleMs, record.expiresAt),
+    });
+  }
+
+  private remember(digest: string, entry: CachedToken | null, now: number): void {
+    if (entry === null) {
       this.valid.delete(digest);
       if (this.negativeTtlMs > 0) this.unknown.set(digest, now + this.negativeTtlMs);
     } else {
-      const freshUntil = Math.min(now + this.ttlMs, record.expiresAt);
-      const staleUntil = Math.min(freshUntil + this.staleMs, record.expiresAt);
-      if (staleUntil > now) this.valid.set(digest, { record, freshUntil, staleUntil });
+      if (entry.staleUntil > now) this.valid.set(digest, entry);
       this.unknown.delete(digest);
     }
     this.countEntries();
@@ -293,10 +314,10 @@ export class CachedStore implements Store {
    * the store removed (their messages follow on the feed), so it drops every entry whose record
    * matches, at once, and keeps no read that was in flight meanwhile.
    */
-  private async dropMatching<T>(revocation: Promise<T>, matches: (record: AccessTokenRecord) => boolean): Promise<T> {
+  private async dropMatching<T>(revocation: Promise<T>, matches: (token: VerifiedToken) => boolean): Promise<T> {
     const result = await revocation;
     const doomed: string[] = [];
-    for (const [digest, entry] of this.valid.entries()) if (matches(entry.record)) doomed.push(digest);
+    for (const [digest, entry] of this.valid.entries()) if (matches(entry)) doomed.push(digest);
     for (const digest of doomed) this.valid.delete(digest);
     this.outdatePendingReads();
     this.countEntries();
@@ -416,6 +437,35 @@ export class CachedStore implements Store {
   }
   deleteSession(digest: string): Promise<void> {
     return this.store.deleteSession(digest);
+  }
+}
+
+/** Most distinct client ids, and most distinct scope lists, that entries share (more are kept unshared). */
+const SHARED_VALUES_LIMIT = 10_000;
+
+/**
+ * Client ids and scope lists repeat across tokens (one application has many tokens, a
+ * deployment has a handful of scope sets): entries share one copy of each instead of the one
+ * every store read parses. Bounded, so a store of distinct values cannot grow it without end.
+ */
+class SharedValues {
+  private readonly clientIds = new Map<string, string>();
+  private readonly scopeLists = new Map<string, { readonly list: string[]; readonly joined: string }>();
+
+  clientId(value: string): string {
+    const known = this.clientIds.get(value);
+    if (known !== undefined) return known;
+    if (this.clientIds.size < SHARED_VALUES_LIMIT) this.clientIds.set(value, value);
+    return value;
+  }
+
+  scopes(list: readonly string[]): { readonly list: string[]; readonly joined: string } {
+    const joined = list.join(' ');
+    const known = this.scopeLists.get(joined);
+    if (known !== undefined) return known;
+    const shared = { list: Object.freeze([...list]) as string[], joined };
+    if (this.scopeLists.size < SHARED_VALUES_LIMIT) this.scopeLists.set(joined, shared);
+    return shared;
   }
 }
 

@@ -11,7 +11,8 @@
  * - refused as ambiguous, because some servers decode or collapse them and others do not:
  *   encoded `/` and `\` (`%2F`, `%5C`), encoded control characters (`%00`-`%1F`, `%7F`), dot
  *   segments in any spelling (`.`, `..`, `%2e`, `.%2E`, and `..;param` which servlet containers
- *   read as `..`), empty segments (`//`), and double-encoded dots, slashes and backslashes
+ *   read as `..`) and segments that start or end with `..` (Windows servers drop trailing
+ *   dots), empty segments (`//`), and double-encoded dots, slashes and backslashes
  *   (`%252e`, `%252f`, `%255c`).
  * Matching on the result is case-sensitive and a trailing slash is kept as sent.
  */
@@ -26,7 +27,7 @@ export const PATH_REFUSALS = {
   invalidEscape: new PathRefusal('The path contains a percent-escape that is not valid UTF-8.'),
   encodedSeparator: new PathRefusal('The path contains an encoded slash or backslash.'),
   encodedControl: new PathRefusal('The path contains an encoded control character.'),
-  dotSegment: new PathRefusal('The path contains a "." or ".." segment.'),
+  dotSegment: new PathRefusal('The path contains a "." or ".." segment, or a segment that starts or ends with "..".'),
   emptySegment: new PathRefusal('The path contains an empty segment ("//").'),
   doubleEncoded: new PathRefusal('The path contains a double-encoded dot, slash or backslash.'),
   // Given by the route table, not by normalizePath: see lookalikeOfNestedRoute in route-table.ts.
@@ -66,7 +67,7 @@ export function normalizePath(raw: string): string | PathRefusal {
   const path = escaped ? decodeEscapes(raw) : raw;
   if (typeof path !== 'string') return path;
   if (path.includes('//')) return PATH_REFUSALS.emptySegment;
-  if (path.includes('/.') && hasDotSegment(path)) return PATH_REFUSALS.dotSegment;
+  if ((path.includes('/.') || path.includes('..')) && hasDotSegment(path)) return PATH_REFUSALS.dotSegment;
   if (escaped && DOUBLE_ENCODED.test(path)) return PATH_REFUSALS.doubleEncoded;
   return path;
 }
@@ -91,12 +92,14 @@ function decodeEscapes(raw: string): string | PathRefusal {
   return path + raw.slice(copied);
 }
 
-/** A "." or ".." segment, also when followed by `;params` (raw or as `%3B`). */
+/** A "." or ".." segment, also when followed by `;params` (raw or as `%3B`), or one that starts or ends with "..". */
 function hasDotSegment(path: string): boolean {
   for (const segment of path.split('/')) {
     const semicolon = segment.search(/;|%3B/);
     const name = semicolon === -1 ? segment : segment.slice(0, semicolon);
-    if (name === '.' || name === '..') return true;
+    // `x..` and `..x` are names, not dot segments, but Windows servers drop trailing dots and
+    // naive traversal checks trip over both: refused as ambiguous too.
+    if (name === '.' || name.startsWith('..') || name.endsWith('..')) return true;
   }
   return false;
 }

@@ -1,0 +1,126 @@
+import type { IncomingMessage } from 'node:http';
+import type { TLSSocket } from 'node:tls';
+import type { GatewayConfig } from '../config/schema.js';
+import { HOP_BY_HOP, namedByConnection } from '../http/hop-by-hop.js';
+import type { VerifiedToken } from '../token/verified-token.js';
+
+/** Forwarding headers a client could forge; replaced by the gateway's own unless server.trustProxy. */
+const FORWARDING = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-prefix', 'x-real-ip'];
+/** The forwarding headers the gateway (re)writes itself, from the connection or, when trusted, the inbound ones. */
+const REWRITTEN_FORWARDING = ['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host'];
+
+/**
+ * The header rewrite of a forwarded request, compiled at start. Both directions are flat
+ * `[name, value, name, value...]` lists built in one pass over the message's raw headers: no
+ * header object is copied per request, and repeated fields keep their order.
+ */
+export interface HeaderRules {
+  /**
+   * The request headers the upstream receives: the identity of the verified token and the
+   * request id first (an upstream that keeps only the first N fields still sees who is calling),
+   * the forwarding headers, then the client's own fields without the credential, any spelling
+   * of the identity headers, untrusted forwarding headers and hop-by-hop fields. `bodyLength`:
+   * the length of a body the gateway re-encoded; null when no body is forwarded; undefined when
+   * the client's body streams through with its own framing.
+   */
+  request(request: IncomingMessage, token: VerifiedToken, requestId: string, bodyLength: number | null | undefined): string[];
+  /** The upstream's response headers for the client: without hop-by-hop fields, with the request id. */
+  response(rawHeaders: ReadonlyArray<Buffer | string>, requestId: string): string[];
+  /** The identity headers alone (the decision listener answers with them). */
+  identity(token: VerifiedToken, requestId: string): string[];
+}
+
+export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean): HeaderRules {
+  const requestIdHeader = gateway.requestIdHeader.toLowerCase();
+  const userIdHeader = gateway.identityHeaders.userId.toLowerCase();
+  const clientIdHeader = gateway.identityHeaders.clientId.toLowerCase();
+  const scopeHeader = gateway.identityHeaders.scope.toLowerCase();
+  const tokenKindHeader = gateway.identityHeaders.tokenKind.toLowerCase();
+  // Everything a client may not send on: identity headers and (untrusted) forwarding headers, in
+  // every spelling; CGI-style servers read "x_auth_user_id" as "x-auth-user-id".
+  const spoofable = new Set([userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, ...(trustProxy ? [] : FORWARDING)]);
+  const dropped = new Set([
+    ...spoofable,
+    ...HOP_BY_HOP,
+    ...REWRITTEN_FORWARDING,
+    requestIdHeader,
+    'authorization',
+    'proxy-authorization',
+    // The upstream's own host comes from its origin; the client's goes in X-Forwarded-Host.
+    'host',
+    // Answered by the gateway itself once the request is checked (see the gateway's handler).
+    'expect',
+  ]);
+
+  function identity(token: VerifiedToken, requestId: string): string[] {
+    return token.userId === null
+      ? [clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId]
+      : [userIdHeader, token.userId, clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId];
+  }
+
+  return {
+    identity,
+
+    request(request, token, requestId, bodyLength) {
+      const headers = identity(token, requestId);
+      const inbound = request.headers;
+      const peer = request.socket.remoteAddress ?? '';
+      const inboundFor = trustProxy ? inbound['x-forwarded-for'] : undefined;
+      headers.push('x-forwarded-for', inboundFor === undefined ? peer : `${inboundFor}, ${peer}`);
+      const ownProtocol = (request.socket as TLSSocket).encrypted === true ? 'https' : 'http';
+      // Node joins repeated fields of these names into one string.
+      headers.push('x-forwarded-proto', (trustProxy ? (inbound['x-forwarded-proto'] as string | undefined) : undefined) ?? ownProtocol);
+      const host = (trustProxy ? (inbound['x-forwarded-host'] as string | undefined) : undefined) ?? inbound.host;
+      if (host !== undefined && host !== '') headers.push('x-forwarded-host', host);
+      if (bodyLength !== undefined && bodyLength !== null) headers.push('content-length', String(bodyLength));
+
+      const named = namedByConnection(inbound.connection);
+      const raw = request.rawHeaders;
+      for (let index = 0; index < raw.length; index += 2) {
+        const name = raw[index]!;
+        const lower = name.toLowerCase();
+        if (dropped.has(lower)) continue;
+        if (lower === 'content-length' && bodyLength !== undefined) continue;
+        if (lower.includes('_') && spoofable.has(lower.replaceAll('_', '-'))) continue;
+        if (named !== null && named.has(lower)) continue;
+        headers.push(name, raw[index + 1]!);
+      }
+      return headers;
+    },
+
+    response(rawHeaders, requestId) {
+      const headers: string[] = [];
+      let named: ReadonlySet<string> | null = null;
+      for (let index = 0; index < rawHeaders.length; index += 2) {
+        const name = latin1(rawHeaders[index]!);
+        const lower = name.toLowerCase();
+        if (HOP_BY_HOP.has(lower)) {
+          if (lower === 'connection') named = namedByConnection(latin1(rawHeaders[index + 1]!));
+          continue;
+        }
+        if (lower === requestIdHeader) continue;
+        headers.push(name, latin1(rawHeaders[index + 1]!));
+      }
+      if (named !== null) removeNamed(headers, named);
+      headers.push(requestIdHeader, requestId);
+      return headers;
+    },
+  };
+}
+
+/** undici gives header bytes, node:http strings: latin1 keeps every byte as the upstream sent it. */
+function latin1(value: Buffer | string): string {
+  return typeof value === 'string' ? value : value.toString('latin1');
+}
+
+/** Removes in place the fields a `Connection` header named (rare: only then is the list scanned twice). */
+function removeNamed(headers: string[], named: ReadonlySet<string>): void {
+  let kept = 0;
+  for (let index = 0; index < headers.length; index += 2) {
+    if (named.has(headers[index]!.toLowerCase())) continue;
+    headers[kept] = headers[index]!;
+    headers[kept + 1] = headers[index + 1]!;
+    kept += 2;
+  }
+  headers.length = kept;
+}

@@ -1,0 +1,14 @@
+import type { AccessTokenRecord } from '../store/store.js';
+
+/**
+ * An access token the gateway has verified, as every request that presents it shares it: the
+ * store's record, frozen, with its scopes also as the one space-separated string the scope
+ * identity header carries (built once per token, not once per request).
+ */
+export interface VerifiedToken extends Readonly<AccessTokenRecord> {
+  readonly scope: string;
+}
+
+export function verifiedToken(record: AccessTokenRecord): VerifiedToken {
+  return Object.freeze({ ...record, scopes: Object.freeze([...record.scopes]) as string[], scope: record.scopes.join(' ') });
+}
