@@ -1,0 +1,83 @@
+import type { Readable } from 'node:stream';
+import type { TokengateContext } from '../context.js';
+import { normalizePath, PathRefusal } from '../http/path.js';
+import type { VerifiedToken } from '../token/verified-token.js';
+import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
+import type { Denial } from './denials.js';
+import { extractCredential, type Credential, type CredentialSource, type ExtractionFailure } from './extract-credential.js';
+import type { GatewayRoute, RouteTable } from './route-table.js';
+import { verifyToken, type VerificationFailure } from './verify-token.js';
+
+/**
+ * The check every request gets, wherever it comes from: the gateway forwards what passes, the
+ * decision listener answers an ingress with it, and both run these same steps, so they can
+ * never disagree. Each step gives its result or a denial compiled at start.
+ *
+ *   where (normalize the path, match a route, check the method) -> extract the one credential
+ *   -> verify the token -> authorize the route's token kind and scopes
+ *
+ * Only two steps may have to wait: reading a body that can carry the token, and reading the
+ * store on a cache miss. A step that waits hands its result on with .then; one that does not
+ * calls the next directly, so a cached token in a header is checked without a single promise.
+ */
+
+export interface Located<Target> {
+  readonly route: GatewayRoute<Target>;
+  /** The normalized path: what the route was matched on and what the upstream receives. */
+  readonly path: string;
+  /** The raw query string, without `?`. */
+  readonly query: string;
+}
+
+export interface Checked {
+  readonly credential: Credential;
+  readonly token: VerifiedToken;
+}
+
+export function isDenial(outcome: object): outcome is Denial {
+  return 'reason' in outcome;
+}
+
+/** 0. where: the route of a request target (origin-form path and query), or why there is none. */
+export function locate<Target>(table: RouteTable<Target>, method: string, target: string, headerFields: number, maxHeaders: number): Located<Target> | Denial {
+  if (headerFields > maxHeaders) return table.unrouted.tooManyHeaders;
+  const queryStart = target.indexOf('?');
+  const path = normalizePath(queryStart === -1 ? target : target.slice(0, queryStart));
+  if (path instanceof PathRefusal) return table.unrouted.invalidPath.get(path)!;
+  const route = table.match(path);
+  if (route === null) return table.unrouted.notFound;
+  if (route instanceof PathRefusal) return table.unrouted.invalidPath.get(route)!;
+  if (!isMethodAllowed(route, method)) return route.denials.method_not_allowed;
+  return { route, path, query: queryStart === -1 ? '' : target.slice(queryStart + 1) };
+}
+
+/** 1-3. extract -> verify -> authorize. `body`: the request body where it may carry the token, else null. */
+export function check<Target>(
+  context: TokengateContext,
+  located: Located<Target>,
+  request: CredentialSource,
+  body: Readable | null,
+  bodyLimit: number,
+): Checked | Denial | Promise<Checked | Denial> {
+  const { route } = located;
+  const credential = extractCredential(route, request, located.query, body, bodyLimit);
+  return credential instanceof Promise ? credential.then((read) => verify(context, route, read)) : verify(context, route, credential);
+}
+
+// 2. verify: the cache, else the tag check and one store read.
+function verify<Target>(
+  context: TokengateContext,
+  route: GatewayRoute<Target>,
+  credential: Credential | ExtractionFailure,
+): Checked | Denial | Promise<Checked | Denial> {
+  if (typeof credential === 'string') return route.denials[credential];
+  const token = verifyToken(context, credential.token);
+  return token instanceof Promise ? token.then((read) => authorize(route, credential, read)) : authorize(route, credential, token);
+}
+
+// 3. authorize: the route's token kind and scopes.
+function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken | VerificationFailure): Checked | Denial {
+  if (typeof token === 'string') return route.denials[token];
+  const refusal = authorizeRoute(route, token);
+  return refusal === null ? { credential, token } : route.denials[refusal];
+}
