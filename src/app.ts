@@ -9,7 +9,7 @@ import { TokengateError, isTokengateError, rawErrorResponse } from './errors.js'
 import { registerGateway } from './gateway/index.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerIssuer } from './issuer/index.js';
-import { registerHealth } from './observability/health.js';
+import { registerHealth, type WorkerReports } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { cached } from './store/cached.js';
@@ -21,6 +21,13 @@ export interface BuildOptions {
   /** A store to use instead of opening the configured one (tests pass a Redis store with their own prefix). */
   store?: Store;
   logger?: Logger;
+  /**
+   * Which listeners this process serves: both (one process), the public one alone (a worker of
+   * several, see src/serve/), or the ops one alone (their primary, which answers for them all
+   * through `workers`).
+   */
+  serves?: 'both' | 'public' | 'ops';
+  workers?: WorkerReports;
 }
 
 export interface Tokengate {
@@ -29,7 +36,7 @@ export interface Tokengate {
   readonly app: FastifyInstance;
   /** Ops listener: /healthz, /readyz, /metrics, admin API. */
   readonly ops: FastifyInstance;
-  /** Binds both listeners as configured; resolves with their URLs. */
+  /** Binds the listeners it serves as configured; resolves with their URLs ('' for one it does not serve). */
   listen(): Promise<{ publicUrl: string; opsUrl: string }>;
   /** Stops accepting, lets in-flight requests finish, closes the store. */
   close(): Promise<void>;
@@ -44,8 +51,14 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const store = options.store ?? (await openStore(config.store));
   const ownsStore = options.store === undefined;
   const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const serves = options.serves ?? 'both';
+  const servesPublic = serves !== 'ops';
+  const servesOps = serves !== 'public';
   const metrics = createMetrics();
-  const cache = config.cache.enabled ? cached(store, config.cache, metrics) : null;
+  // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
+  metrics.storeUp.set(1);
+  // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
+  const cache = config.cache.enabled && servesPublic ? cached(store, config.cache, metrics) : null;
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -81,14 +94,18 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   }
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
-  await registerHealth(ops, context);
-  await registerAdmin(ops, context);
+  if (servesOps) {
+    await registerHealth(ops, context, options.workers);
+    await registerAdmin(ops, context);
+  }
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
-  if (config.issuer.enabled) await registerAuthorization(app, context);
-  if (config.issuer.enabled) await registerIssuer(app, context);
-  await registerGateway(app, context);
+  if (servesPublic) {
+    if (config.issuer.enabled) await registerAuthorization(app, context);
+    if (config.issuer.enabled) await registerIssuer(app, context);
+    await registerGateway(app, context);
+  }
 
   let closed = false;
   return {
@@ -96,8 +113,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     app,
     ops,
     async listen() {
-      const publicUrl = await app.listen({ host: config.server.host, port: config.server.port });
-      const opsUrl = await ops.listen({ host: config.admin.host, port: config.admin.port });
+      const publicUrl = servesPublic ? await app.listen({ host: config.server.host, port: config.server.port }) : '';
+      const opsUrl = servesOps ? await ops.listen({ host: config.admin.host, port: config.admin.port }) : '';
       return { publicUrl, opsUrl };
     },
     async close() {

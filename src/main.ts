@@ -22,31 +22,8 @@ export const COMMANDS: Record<string, Command> = {
     async run(values) {
       const config = loadConfigFile(String(values.config));
       // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
-      const { buildTokengate } = await import('./app.js');
-      const tokengate = await buildTokengate(config);
-      const log = tokengate.context.log;
-      for (const warning of configWarnings(config)) log.warn(warning);
-      const { publicUrl, opsUrl } = await tokengate.listen();
-      const issuerUrl = config.issuer.enabled ? config.issuer.issuerUrl : undefined;
-      log.info({ publicUrl, opsUrl, issuerUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
-      await new Promise<void>((resolve) => {
-        const stop = (signal: NodeJS.Signals) => {
-          log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
-          const forced = setTimeout(() => {
-            log.error({ graceMs: config.server.shutdownGraceMs }, 'in-flight requests did not finish in time; exiting');
-            process.exit(1);
-          }, config.server.shutdownGraceMs);
-          forced.unref();
-          tokengate.close().then(resolve, (error: unknown) => {
-            log.error({ err: error }, 'error while shutting down');
-            resolve();
-          });
-        };
-        process.once('SIGTERM', stop);
-        process.once('SIGINT', stop);
-      });
-      log.info('tokengate stopped');
-      return 0;
+      const { serve } = await import('./serve/index.js');
+      return serve(config);
     },
   },
   check: {

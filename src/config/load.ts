@@ -143,6 +143,12 @@ function checkSemantics(config: Config): ConfigProblem[] {
       message: 'must be sendable as a bearer token: letters, digits and - . _ ~ + /, optionally ending in = (e.g. openssl rand -base64 32)',
     });
   }
+  if (config.server.workers !== 1 && config.store.driver === 'memory') {
+    problems.push({
+      path: 'server.workers',
+      message: `${JSON.stringify(config.server.workers)} workers would each keep their own memory store (a token issued by one unknown to the others): set store.driver: redis, or server.workers: 1`,
+    });
+  }
   if (config.store.driver === 'redis' && !/^rediss?:\/\//.test(config.store.url)) {
     problems.push({ path: 'store.url', message: 'expected a redis:// or rediss:// URL' });
   }

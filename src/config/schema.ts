@@ -30,6 +30,11 @@ export const ServerSchema = closed({
   }),
   requestTimeoutMs: Milliseconds(60_000, 'Time a client has to send a whole request.'),
   shutdownGraceMs: Milliseconds(10_000, 'On SIGTERM/SIGINT, how long in-flight requests may take before the process exits anyway.'),
+  workers: Type.Union([Type.Integer({ minimum: 1, maximum: 256 }), Type.Literal('auto')], {
+    default: 1,
+    description:
+      'Processes serving the public listener (node:cluster): a number, or `auto` for the CPUs this process may use (cgroup limits included). More than 1 needs a shared store (redis).',
+  }),
 });
 
 export const AdminSchema = closed({

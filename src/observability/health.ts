@@ -1,28 +1,51 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 
+/**
+ * What the primary of several workers knows of them (src/serve/): the ops listener it serves
+ * reports for the whole process group.
+ */
+export interface WorkerReports {
+  /** Each expected worker, with whether it is running and its store answers. */
+  readiness(): Promise<WorkerReadiness[]>;
+  /** Every worker's metrics, summed (prom-client's cluster aggregation), in the exposition format. */
+  metrics(): Promise<string>;
+}
+
+export interface WorkerReadiness {
+  readonly worker: number;
+  readonly ready: boolean;
+}
+
 /** Liveness, readiness and the Prometheus scrape, on the ops listener. */
-export async function registerHealth(ops: FastifyInstance, context: TokengateContext): Promise<void> {
+export async function registerHealth(ops: FastifyInstance, context: TokengateContext, workers?: WorkerReports): Promise<void> {
   ops.get('/healthz', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
     return { status: 'ok' };
   });
 
-  // Ready means able to verify tokens: the store answers.
+  // Ready means able to verify tokens: the store answers (and, with workers, every worker is up
+  // and its own store connection answers).
   ops.get('/readyz', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
+    const driver = context.store.driver;
     try {
       await context.store.ping();
       context.metrics.storeUp.set(1);
-      return { status: 'ready', store: context.store.driver };
     } catch {
       context.metrics.storeUp.set(0);
-      return reply.code(503).send({ status: 'unavailable', store: context.store.driver, reason: 'store_unreachable' });
+      return reply.code(503).send({ status: 'unavailable', store: driver, reason: 'store_unreachable' });
     }
+    if (workers === undefined) return { status: 'ready', store: driver };
+    const fleet = await workers.readiness();
+    const ready = fleet.every((worker) => worker.ready);
+    return reply
+      .code(ready ? 200 : 503)
+      .send({ status: ready ? 'ready' : 'unavailable', store: driver, ...(ready ? {} : { reason: 'workers_not_ready' }), workers: fleet });
   });
 
   ops.get('/metrics', async (_request, reply) => {
     reply.header('content-type', context.metrics.registry.contentType);
-    return context.metrics.registry.metrics();
+    return workers === undefined ? context.metrics.registry.metrics() : workers.metrics();
   });
 }

@@ -66,10 +66,13 @@ export function createMetrics() {
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
     }),
-    storeUp: new Gauge({ name: 'tokengate_store_up', help: '1 when the last store call succeeded, 0 when it failed.', registers }),
+    // With several workers, the gauges below say 1 only when they hold for every worker.
+    storeUp: new Gauge({ name: 'tokengate_store_up', help: '1 when the last store call succeeded, 0 when it failed.', aggregator: 'min', registers }),
     revocationFeedUp: new Gauge({
       name: 'tokengate_revocation_feed_up',
       help: '1 while revocations from other sidecars arrive; 0 while the subscription is down (the cache then asks the store first).',
+      // With several workers, 1 only when every worker's feed is up.
+      aggregator: 'min',
       registers,
     }),
     revocationMessages: new Counter({ name: 'tokengate_revocation_messages_total', help: 'Revocation messages received from the store feed.', registers }),

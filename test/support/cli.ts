@@ -58,7 +58,7 @@ export interface ServeProcess {
   exited: Promise<number | null>;
 }
 
-/** Starts `tokengate serve` and resolves once it logs that it listens. */
+/** Starts `tokengate serve` and resolves once it logs that both listeners listen. */
 export function startServe(configFile: string, env: Record<string, string> = {}): Promise<ServeProcess> {
   return new Promise((resolvePromise, reject) => {
     const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], {
@@ -68,13 +68,16 @@ export function startServe(configFile: string, env: Record<string, string> = {})
     });
     let output = '';
     const exited = new Promise<number | null>((resolveExit) => child.on('close', resolveExit));
+    // One process logs both URLs; with server.workers, the workers log the public one and their primary the ops one.
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
-      const line = output.split('\n').find((each) => each.includes('"tokengate listening"'));
-      if (line !== undefined) {
-        const { publicUrl, opsUrl } = JSON.parse(line) as { publicUrl: string; opsUrl: string };
-        resolvePromise({ child, publicUrl, opsUrl, output: () => output, exited });
-      }
+      const listening = output
+        .split('\n')
+        .filter((line) => line.includes('"tokengate listening"'))
+        .map((line) => JSON.parse(line) as { publicUrl?: string; opsUrl?: string });
+      const publicUrl = listening.find((line) => line.publicUrl !== undefined)?.publicUrl;
+      const opsUrl = listening.find((line) => line.opsUrl !== undefined)?.opsUrl;
+      if (publicUrl !== undefined && opsUrl !== undefined) resolvePromise({ child, publicUrl, opsUrl, output: () => output, exited });
     };
     child.stdout!.on('data', onData);
     child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));

@@ -1,0 +1,157 @@
+import cluster, { type Worker } from 'node:cluster';
+import { AggregatorRegistry } from 'prom-client';
+import type { Logger } from 'pino';
+import type { Config } from '../config/schema.js';
+import type { WorkerReadiness, WorkerReports } from '../observability/health.js';
+import { isWorkerMessage, type PrimaryMessage } from './messages.js';
+import { runInstance } from './instance.js';
+
+/** A worker that lived this long before it died was not crashing in a loop: its backoff starts over. */
+const STABLE_AFTER_MS = 60_000;
+const FIRST_RESTART_DELAY_MS = 100;
+const LONGEST_RESTART_DELAY_MS = 30_000;
+/** How long a worker has to answer a readiness question before it counts as not ready. */
+const READINESS_TIMEOUT_MS = 1_000;
+
+/**
+ * The primary of `server.workers` processes. It forks the workers (they share the public
+ * listener's port through node:cluster), restarts one that dies, with a backoff that doubles
+ * while it keeps dying (100 ms up to 30 s), and serves the ops listener for the whole group:
+ * /readyz is ready when every worker is and /metrics sums every worker's metrics; the admin API
+ * works on the shared store like any sidecar's. SIGTERM and SIGINT are passed on: every worker
+ * drains, then the primary stops. A worker that fails before the group was first ready stops
+ * the start: the same error would only repeat.
+ */
+export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number): Promise<number> {
+  const fleet = new WorkerFleet(log, count);
+  const started = await fleet.start();
+  if (!started) {
+    log.error('a worker failed while starting (its own log line above says why); stopping');
+    await fleet.stop(config.server.shutdownGraceMs);
+    return 1;
+  }
+  log.info({ workers: count }, 'every worker is listening');
+  return runInstance(
+    config,
+    log,
+    { serves: 'ops', workers: fleet },
+    {
+      // The workers drain first (each within server.shutdownGraceMs), then the ops listener closes.
+      beforeClose: () => fleet.stop(config.server.shutdownGraceMs),
+      graceMs: config.server.shutdownGraceMs * 2,
+    },
+  );
+}
+
+interface Slot {
+  worker: Worker | null;
+  listening: boolean;
+  startedAt: number;
+  /** Deaths in a row that came before STABLE_AFTER_MS of life. */
+  quickDeaths: number;
+  restartTimer: NodeJS.Timeout | null;
+}
+
+class WorkerFleet implements WorkerReports {
+  private readonly slots: Slot[];
+  private readonly aggregator = new AggregatorRegistry();
+  private readonly answers = new Map<number, (ready: boolean) => void>();
+  private nextQuestion = 0;
+  private stopping = false;
+  private firstReady = false;
+  private failedToStart: (() => void) | null = null;
+
+  constructor(
+    private readonly log: Logger,
+    count: number,
+  ) {
+    this.slots = Array.from({ length: count }, () => ({ worker: null, listening: false, startedAt: 0, quickDeaths: 0, restartTimer: null }));
+  }
+
+  /** Forks every worker; resolves true once all listen, false as soon as one dies first. */
+  start(): Promise<boolean> {
+    return new Promise((resolve) => {
+      this.failedToStart = () => resolve(false);
+      const listening = () => {
+        if (this.firstReady || !this.slots.every((slot) => slot.listening)) return;
+        this.firstReady = true;
+        resolve(true);
+      };
+      for (const slot of this.slots) this.fork(slot, listening);
+    });
+  }
+
+  private fork(slot: Slot, onListening: () => void = () => {}): void {
+    const worker = cluster.fork();
+    slot.worker = worker;
+    slot.listening = false;
+    slot.startedAt = Date.now();
+    worker.on('listening', () => {
+      slot.listening = true;
+      onListening();
+    });
+    worker.on('message', (message: unknown) => {
+      if (isWorkerMessage(message)) this.answers.get(message.id)?.(message.ready);
+    });
+    worker.on('exit', (code, signal) => this.onExit(slot, worker, code, signal));
+  }
+
+  private onExit(slot: Slot, worker: Worker, code: number | null, signal: string | null): void {
+    if (slot.worker !== worker) return;
+    slot.worker = null;
+    slot.listening = false;
+    if (this.stopping) return;
+    if (!this.firstReady) {
+      this.failedToStart?.();
+      return;
+    }
+    slot.quickDeaths = Date.now() - slot.startedAt < STABLE_AFTER_MS ? slot.quickDeaths + 1 : 1;
+    const delayMs = Math.min(FIRST_RESTART_DELAY_MS * 2 ** (slot.quickDeaths - 1), LONGEST_RESTART_DELAY_MS);
+    this.log.warn({ workerPid: worker.process.pid, code, signal, restartInMs: delayMs }, 'a worker exited; starting another');
+    slot.restartTimer = setTimeout(() => {
+      slot.restartTimer = null;
+      if (!this.stopping) this.fork(slot);
+    }, delayMs);
+  }
+
+  /** Asks every worker to drain (SIGTERM) and resolves once all have exited, or after `graceMs` by killing the rest. */
+  async stop(graceMs: number): Promise<void> {
+    this.stopping = true;
+    const running: Worker[] = [];
+    for (const slot of this.slots) {
+      if (slot.restartTimer !== null) clearTimeout(slot.restartTimer);
+      if (slot.worker !== null && !slot.worker.isDead()) running.push(slot.worker);
+    }
+    const exited = running.map((worker) => new Promise<void>((resolve) => (worker.isDead() ? resolve() : worker.once('exit', () => resolve()))));
+    for (const worker of running) worker.process.kill('SIGTERM');
+    const deadline = setTimeout(() => {
+      for (const worker of running) if (!worker.isDead()) worker.process.kill('SIGKILL');
+    }, graceMs);
+    await Promise.all(exited);
+    clearTimeout(deadline);
+  }
+
+  async readiness(): Promise<WorkerReadiness[]> {
+    return Promise.all(this.slots.map((slot, index) => this.ask(slot).then((ready) => ({ worker: index + 1, ready }))));
+  }
+
+  private ask(slot: Slot): Promise<boolean> {
+    const worker = slot.worker;
+    if (worker === null || !slot.listening || !worker.isConnected()) return Promise.resolve(false);
+    const id = (this.nextQuestion += 1);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => answer(false), READINESS_TIMEOUT_MS);
+      const answer = (ready: boolean) => {
+        clearTimeout(timer);
+        this.answers.delete(id);
+        resolve(ready);
+      };
+      this.answers.set(id, answer);
+      worker.send({ tokengate: 'readiness?', id } satisfies PrimaryMessage);
+    });
+  }
+
+  metrics(): Promise<string> {
+    return this.aggregator.clusterMetrics();
+  }
+}

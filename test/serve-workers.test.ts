@@ -1,0 +1,150 @@
+import { availableParallelism } from 'node:os';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { workerCount } from '../src/serve/worker-count.js';
+import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
+import { createTestRedisStore, deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { eventually } from './support/wait.js';
+
+/**
+ * `server.workers`: a primary supervising several processes that share the public port. Run as
+ * a real `tokengate serve` with a real Redis, so the workers, their restarts, the signals and
+ * what the primary's ops listener reports for them are what a deployment sees.
+ */
+
+const configs = tempConfigs();
+const prefix = uniquePrefix('workers');
+const tagKey = generateTagKey();
+let upstream: Upstream;
+let serve: ServeProcess | undefined;
+let token: string;
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  const store = createTestRedisStore(prefix);
+  token = createTokenMinter(decodeTagKey(tagKey)).mint();
+  await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 600_000 });
+  await store.close();
+});
+
+afterEach(async () => {
+  serve?.child.kill('SIGKILL');
+  await serve?.exited;
+  serve = undefined;
+});
+
+afterAll(async () => {
+  await upstream?.close();
+  await deletePrefix(prefix);
+  configs.remove();
+});
+
+function workersConfig(workers: number | string, extra = ''): string {
+  return configs.write(
+    `server:\n  host: 127.0.0.1\n  port: 0\n  workers: ${workers}\nadmin:\n  port: 0\nlogging:\n  level: info\n` +
+      `issuer:\n  issuerUrl: http://localhost:8080\n  tokenTagKey: ${tagKey}\n` +
+      `store:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\n` +
+      `routes:\n  - path: /api/public/me\n    upstream: ${upstream.url}\n${extra}`,
+  );
+}
+
+async function get(url: string): Promise<number> {
+  // A new connection per request, so the primary spreads them over the workers.
+  const response = await fetch(url, { headers: { authorization: `Bearer ${token}`, connection: 'close' } });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+/** Pids of the processes that logged something, other than the primary. */
+function workerPids(output: string): Set<number> {
+  const pids = output
+    .split('\n')
+    .filter((line) => line.includes('"worker":'))
+    .map((line) => (JSON.parse(line) as { pid: number }).pid);
+  return new Set(pids);
+}
+
+// Three processes start (each loading the sources through tsx): far slower than one on a busy machine.
+const STARTS = 180_000;
+
+describe('server.workers', () => {
+  it(
+    'serves the gateway from every worker, and the primary reports readiness and metrics for all of them',
+    async () => {
+      serve = await startServe(workersConfig(2));
+      expect(workerPids(serve.output()).size).toBe(2);
+      const statuses = await Promise.all(Array.from({ length: 40 }, () => get(`${serve!.publicUrl}/api/public/me`)));
+      expect(statuses.every((status) => status === 200)).toBe(true);
+
+      const ready = (await (await fetch(`${serve.opsUrl}/readyz`)).json()) as { status: string; workers: Array<{ worker: number; ready: boolean }> };
+      expect(ready).toMatchObject({
+        status: 'ready',
+        workers: [
+          { worker: 1, ready: true },
+          { worker: 2, ready: true },
+        ],
+      });
+
+      // The counts of both workers, summed: every request once.
+      const metrics = await (await fetch(`${serve.opsUrl}/metrics`)).text();
+      expect(metrics).toMatch(/^tokengate_gateway_requests_total\{route="\/api\/public\/me",outcome="forwarded",reason="ok"\} 40$/m);
+      expect(metrics).toMatch(/^tokengate_store_up 1$/m);
+      expect(metrics).toMatch(/^process_resident_memory_bytes \d+/m);
+    },
+    STARTS,
+  );
+
+  it(
+    'starts another worker when one dies, and keeps serving meanwhile',
+    async () => {
+      serve = await startServe(workersConfig(2));
+      const [first] = [...workerPids(serve.output())];
+      process.kill(first!, 'SIGKILL');
+      // The other worker keeps the port served while the primary starts a replacement.
+      await eventually(async () => (await get(`${serve!.publicUrl}/api/public/me`)) === 200, 10_000);
+      await eventually(() => workerPids(serve!.output()).size === 3, 60_000);
+      await eventually(async () => ((await (await fetch(`${serve!.opsUrl}/readyz`)).json()) as { status: string }).status === 'ready', 30_000);
+      expect(serve.output()).toContain('a worker exited; starting another');
+      expect(await get(`${serve.publicUrl}/api/public/me`)).toBe(200);
+    },
+    STARTS,
+  );
+
+  it(
+    'drains every worker on SIGTERM, then the primary exits 0',
+    async () => {
+      serve = await startServe(workersConfig(2));
+      const pids = [...workerPids(serve.output())];
+      serve.child.kill('SIGTERM');
+      expect(await serve.exited).toBe(0);
+      for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
+      expect(serve.output().match(/"tokengate stopped"/g)).toHaveLength(3);
+    },
+    STARTS,
+  );
+
+  it('refuses more than one worker on the memory store, naming the key', async () => {
+    const result = await runCli(['check', '--config', configs.write('server:\n  workers: 2\n')]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/server\.workers \(line 2\): 2 workers would each keep their own memory store/);
+  });
+});
+
+describe('server.workers: auto', () => {
+  it('counts the CPUs a container may use: its cgroup quota, rounded up, never more than the CPUs there are', () => {
+    const files = (contents: Record<string, string>) => (path: string) => {
+      if (contents[path] === undefined) throw new Error(`ENOENT ${path}`);
+      return contents[path];
+    };
+    expect(workerCount(3, files({}))).toBe(3);
+    expect(workerCount('auto', files({ '/sys/fs/cgroup/cpu.max': '150000 100000\n' }))).toBe(Math.min(2, availableParallelism()));
+    expect(workerCount('auto', files({ '/sys/fs/cgroup/cpu.max': '50000 100000\n' }))).toBe(1);
+    expect(workerCount('auto', files({ '/sys/fs/cgroup/cpu.max': 'max 100000\n' }))).toBe(availableParallelism());
+    expect(workerCount('auto', files({ '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '100000', '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000' }))).toBe(1);
+    expect(workerCount('auto', files({ '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '-1', '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000' }))).toBe(
+      availableParallelism(),
+    );
+    expect(workerCount('auto', files({}))).toBe(availableParallelism());
+  });
+});
