@@ -8,7 +8,7 @@ import { loggerOptions } from '../src/observability/logger.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
-import { eventually } from './support/wait.js';
+import { eventually, sleep } from './support/wait.js';
 
 /**
  * Clients that hold sockets, send slowly, pipeline garbage behind a valid request or ask for a
@@ -283,6 +283,38 @@ describe('pipelining: an answer of its own for each whole request, in order, bef
     const { responses } = await answersOf(connection);
     expect(responses.map((response) => response.status)).toEqual([200, 405]);
     expect(jsonBody(responses[0]!)).toEqual({ url: `/api/public/tickets?delay=300&id=${id}` });
+  });
+
+  it('handles a WebSocket upgrade behind a slow request once that request is answered', async () => {
+    const [slow, upgrade] = [randomUUID(), randomUUID()];
+    const connection = await open(gateway.port);
+    connection.socket.write(
+      ticketRequest(`delay=300&id=${slow}`) +
+        `GET /api/public/tickets?id=${upgrade} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${token}\r\n` +
+        'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+    );
+    const { responses } = await answersOf(connection);
+    // The upstream is no WebSocket server: it answers the upgrade as a plain request, and the gateway relays that.
+    expect(responses.map((response) => response.status)).toEqual([200, 200]);
+    expect(jsonBody(responses[0]!)).toEqual({ url: `/api/public/tickets?delay=300&id=${slow}` });
+    expect(jsonBody(responses[1]!)).toEqual({ url: `/api/public/tickets?id=${upgrade}` });
+  });
+
+  it('survives a client that resets its connection while its pipelined upgrade waits, and aborts the request in progress', async () => {
+    const slow = randomUUID();
+    const connection = await open(gateway.port);
+    connection.socket.write(
+      ticketRequest(`delay=300&id=${slow}`) +
+        `GET /api/public/tickets HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer ${token}\r\n` +
+        'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+    );
+    await eventually(() => upstreamSaw(slow) === 1);
+    connection.socket.resetAndDestroy();
+    // Past the upstream's answer to the request in progress (300 ms after it arrived), which must
+    // meet a request aborted like any whose client left, not a response nobody closed: no error.
+    await sleep(1_000);
+    expect(errorLines()).toEqual([]);
+    expect((await fetch(`${gateway.baseUrl}/.well-known/oauth-authorization-server`)).status).toBe(200);
   });
 
   it('times out a head that never ends behind a slow request, and answers 408 after that request’s answer', async () => {

@@ -15,7 +15,8 @@ import type { Metrics } from '../observability/metrics.js';
  *   one more is answered (503, 429) and closed without being read as HTTP.
  * - Order: an answer the HTTP layer writes itself (a malformed or timed-out request, CONNECT)
  *   waits for the answers to the whole requests before it on the connection (pipelining),
- *   however they are written, then the connection closes.
+ *   however they are written, then the connection closes. A pipelined upgrade waits for them
+ *   too before its listeners see it.
  */
 
 export type ListenerName = 'public' | 'ops';
@@ -74,6 +75,7 @@ const MALFORMED = { reason: 'malformed', failure: 'INVALID_REQUEST' } as const;
 const kOpenAnswers = Symbol('tokengate.openAnswers');
 const kLastAnswer = Symbol('tokengate.lastAnswer');
 const kClosing = Symbol('tokengate.closing');
+const kWhenAnswered = Symbol('tokengate.whenAnswered');
 
 /** A connection that is to close after an error answer, once the answers before it are out. */
 interface Closing {
@@ -81,8 +83,6 @@ interface Closing {
   readonly answer: string;
   /** The response of the request the error is about, when node had dispatched it (its body failed); undefined when its head failed. */
   readonly subject: ServerResponse | undefined;
-  /** Node still parses this connection's bytes as requests (false after CONNECT, which detaches the parser). */
-  readonly parsing: boolean;
   /** A request was dispatched after the error (a slow head that completed after its timeout): it gets its own answer. */
   dispatchedSince: boolean;
   settled: boolean;
@@ -90,10 +90,12 @@ interface Closing {
 
 interface GuardedSocket extends Socket {
   /** Responses of this connection's requests that have not closed yet. */
-  [kOpenAnswers]?: number;
+  [kOpenAnswers]?: Set<ServerResponse>;
   /** The response of the latest request dispatched on this connection. */
   [kLastAnswer]?: ServerResponse;
   [kClosing]?: Closing;
+  /** What to do once every open answer is out: a CONNECT or an upgrade that came pipelined behind requests. */
+  [kWhenAnswered]?: () => void;
 }
 
 export function createListenerGuard(listener: ListenerName, limits: ListenerLimits, metrics: Metrics): ListenerGuard {
@@ -180,28 +182,40 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
     else socket.once('finish', () => socket.destroy());
   }
 
-  function startClosing(socket: GuardedSocket, answer: string, subject: ServerResponse | undefined, parsing: boolean): void {
-    socket[kClosing] = { answer, subject, parsing, dispatchedSince: false, settled: false };
-    settle(socket);
+  /**
+   * Runs `then` once the answers to the requests before on this connection are out. Node detaches
+   * its parser before a CONNECT or an upgrade, so none can follow, and with it what aborts the
+   * requests in progress when the connection drops: that is done here instead, as node would.
+   */
+  function whenAnswered(socket: GuardedSocket, then: () => void): void {
+    const open = socket[kOpenAnswers];
+    if (open === undefined || open.size === 0) return then();
+    socket[kWhenAnswered] = then;
+    const inProgress = [...open];
+    socket.once('close', () => {
+      for (const response of inProgress) {
+        if (!response.writableFinished) response.req.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+      }
+    });
   }
 
   /** Closes the connection once no whole request on it is still being answered. */
   function settle(socket: GuardedSocket): void {
     const state = socket[kClosing]!;
     if (state.settled) return;
-    const openAnswers = socket[kOpenAnswers] ?? 0;
+    const openAnswers = socket[kOpenAnswers]?.size ?? 0;
     const subjectIncomplete = state.subject !== undefined && !state.subject.req.complete;
     // Node sends answers in the order of their requests, and an incomplete subject is the last
     // request: when it is open, it is the last open answer.
     if (openAnswers - (subjectIncomplete && openAnswers > 0 ? 1 : 0) > 0) return;
     state.settled = true;
     const unanswered = state.subject !== undefined ? subjectIncomplete && !state.subject.headersSent : !state.dispatchedSince;
-    closeAfter(socket, unanswered ? state.answer : undefined, state.parsing);
+    closeAfter(socket, unanswered ? state.answer : undefined, true);
   }
 
   function trackAnswer(request: IncomingMessage, response: ServerResponse): void {
     const socket = request.socket as GuardedSocket;
-    socket[kOpenAnswers] = (socket[kOpenAnswers] ?? 0) + 1;
+    (socket[kOpenAnswers] ??= new Set()).add(response);
     socket[kLastAnswer] = response;
     const state = socket[kClosing];
     if (state !== undefined) state.dispatchedSince = true;
@@ -210,11 +224,17 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
   }
 
   function answerClosed(socket: GuardedSocket, response: ServerResponse): void {
-    socket[kOpenAnswers]! -= 1;
+    const open = socket[kOpenAnswers]!;
+    open.delete(response);
     // An idle keep-alive connection need not hold on to its last exchange; one answered before
     // its body arrived stays, as the subject of a timeout to come.
     if (socket[kLastAnswer] === response && response.req.complete) socket[kLastAnswer] = undefined;
     if (socket[kClosing] !== undefined) settle(socket);
+    const then = socket[kWhenAnswered];
+    if (then !== undefined && open.size === 0) {
+      socket[kWhenAnswered] = undefined;
+      if (!socket.destroyed) then();
+    }
   }
 
   function onClientError(error: Error & { code?: string }, socket: Duplex): void {
@@ -225,7 +245,8 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
     const { count, answer } = clientErrors.get(known.reason)!;
     count.inc();
     const last = guarded[kLastAnswer];
-    startClosing(guarded, answer, last !== undefined && !last.req.complete ? last : undefined, true);
+    guarded[kClosing] = { answer, subject: last !== undefined && !last.req.complete ? last : undefined, dispatchedSince: false, settled: false };
+    settle(guarded);
   }
 
   return {
@@ -259,7 +280,26 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
       server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
         socket.on('error', ignore);
         connectMethod.count.inc();
-        startClosing(socket as GuardedSocket, connectMethod.answer, undefined, false);
+        whenAnswered(socket as GuardedSocket, () => closeAfter(socket, connectMethod.answer, false));
+      });
+      // Node hands a pipelined upgrade to its listeners at once, while the answers before it are
+      // still being written on the same socket (a response assigned to that socket then throws).
+      // The listeners, all registered by now, run once those answers are out. Without any,
+      // node treats an Upgrade header as an ordinary request: nothing to wrap then.
+      instance.addHook('onReady', (done) => {
+        type UpgradeListener = (request: IncomingMessage, socket: Duplex, head: Buffer) => void;
+        const upgradeListeners = server.listeners('upgrade') as UpgradeListener[];
+        if (upgradeListeners.length > 0) {
+          server.removeAllListeners('upgrade');
+          server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+            // Node took its own error listener off with the parser: a reset while waiting must not throw.
+            socket.on('error', ignore);
+            whenAnswered(socket as GuardedSocket, () => {
+              for (const listener of upgradeListeners) listener.call(server, request, socket, head);
+            });
+          });
+        }
+        done();
       });
       instance.addHook('preClose', (done) => {
         for (const socket of closing) socket.destroy();
