@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
-import { TokengateError, isTokengateError, rawErrorResponse } from './errors.js';
+import { TokengateError, isTokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
+import { createListenerGuard } from './http/listener-limits.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
 import { registerIssuer } from './issuer/index.js';
 import { registerHealth, type WorkerReports } from './observability/health.js';
@@ -68,12 +68,26 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     log,
   };
 
+  const publicLimits = createListenerGuard(
+    'public',
+    {
+      requestTimeoutMs: config.server.requestTimeoutMs,
+      maxConnections: config.server.maxConnections,
+      maxConnectionsPerAddress: config.server.maxConnectionsPerAddress,
+      methods: publicMethods(config),
+    },
+    metrics,
+  );
+  const opsLimits = createListenerGuard(
+    'ops',
+    { requestTimeoutMs: config.admin.requestTimeoutMs, maxConnections: config.admin.maxConnections, maxConnectionsPerAddress: 0, methods: OPS_METHODS },
+    metrics,
+  );
   const app = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'public' })),
     bodyLimit: config.server.bodyLimit,
     trustProxy: config.server.trustProxy,
-    requestTimeout: config.server.requestTimeoutMs,
-    http: { maxHeaderSize: config.server.maxHeaderSize },
+    ...publicLimits.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }),
     requestIdHeader: config.gateway.requestIdHeader,
     // Ids are unique across sidecars and restarts, so one id follows a request through every log.
     genReqId: () => randomUUID(),
@@ -82,12 +96,14 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
     frameworkErrors: renderError,
-    clientErrorHandler: renderClientError,
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
     logController: new LogController({ disableRequestLogging: true }),
+    ...opsLimits.serverOptions(),
   });
+  publicLimits.attach(app);
+  opsLimits.attach(ops);
   for (const server of [app, ops]) {
     server.setErrorHandler(renderError);
     server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
@@ -162,19 +178,15 @@ function renderError(error: Error & { statusCode?: number; code?: string }, requ
   reply.code(failure.status).header('cache-control', 'no-store').send(failure.toBody());
 }
 
-/**
- * Requests node's parser refuses before fastify sees them (oversized head: 431, malformed or
- * smuggling-shaped framing such as Content-Length with Transfer-Encoding: 400, slow head: 408)
- * get the same JSON error body, then the connection is closed.
- */
-function renderClientError(error: Error & { code?: string }, socket: Duplex) {
-  if (error.code === 'ECONNRESET' || socket.destroyed) return;
-  const failure = new TokengateError(
-    error.code === 'HPE_HEADER_OVERFLOW' ? 'HEADERS_TOO_LARGE' : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 'REQUEST_TIMEOUT' : 'INVALID_REQUEST',
-  );
-  if (socket.writable) socket.end(rawErrorResponse(failure));
-  socket.destroy();
+/** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */
+function publicMethods(config: Readonly<Config>): string[] {
+  const methods = new Set(config.issuer.enabled ? ['GET', 'HEAD', 'POST'] : []);
+  for (const route of config.routes) for (const method of route.methods) methods.add(method);
+  return [...methods];
 }
+
+/** The methods of the ops listener's routes (health, metrics, admin API). */
+const OPS_METHODS = ['GET', 'HEAD', 'POST', 'DELETE'];
 
 /** Fastify's client-error messages describe the request's shape, never its content: safe to show. */
 function publicClientErrorMessage(error: Error & { code?: string }): string {

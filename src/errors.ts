@@ -87,6 +87,19 @@ export const ERRORS = {
     description: 'The token store is unreachable; try again shortly.',
     headers: { 'retry-after': '1' },
   },
+  // Connection limits (docs/operations.md): the listener answers, then closes the connection.
+  TOO_MANY_CONNECTIONS: {
+    status: 503,
+    error: 'temporarily_unavailable',
+    description: 'The server has too many open connections; try again shortly.',
+    headers: { 'retry-after': '1' },
+  },
+  TOO_MANY_CONNECTIONS_FROM_ADDRESS: {
+    status: 429,
+    error: 'too_many_requests',
+    description: 'Too many open connections from your address; close one or try again shortly.',
+    headers: { 'retry-after': '1' },
+  },
   UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
@@ -192,8 +205,9 @@ export function renderError(failure: TokengateError): RenderedError {
 
 /**
  * A whole HTTP/1.1 error response as bytes, for failures found before there is a request
- * object to answer through (a head the parser refuses): the same body and headers as the
- * renderer in app.ts gives every other error, and the connection is closed after it.
+ * object to answer through (a head the parser refuses, a connection over a limit): the same
+ * body and headers as the renderer in app.ts gives every other error, and the connection is
+ * closed after it.
  */
 export function rawErrorResponse(failure: TokengateError): string {
   const { status, headers, body } = renderError(failure);

@@ -9,7 +9,7 @@ const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, desc
   Type.Object(properties, { additionalProperties: false, default: {}, ...(description ? { description } : {}) });
 
 const Seconds = (defaultValue: number, description: string, minimum = 0) => Type.Integer({ minimum, default: defaultValue, description });
-const Milliseconds = (defaultValue: number, description: string) => Type.Integer({ minimum: 1, default: defaultValue, description });
+const Milliseconds = (defaultValue: number, description: string, minimum = 1) => Type.Integer({ minimum, default: defaultValue, description });
 const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
   Type.Union(
     values.map((value) => Type.Literal(value)),
@@ -28,7 +28,22 @@ export const ServerSchema = closed({
     default: 100,
     description: 'Most header fields a gateway request may carry (more: 431), so that no upstream drops the identity headers to stay under its own limit.',
   }),
-  requestTimeoutMs: Milliseconds(60_000, 'Time a client has to send a whole request.'),
+  requestTimeoutMs: Milliseconds(
+    60_000,
+    'Time a client has to send a whole request, head and body; past it: 408, and the connection closes within a tenth of this time more (1 s at most).',
+    1_000,
+  ),
+  maxConnections: Type.Integer({
+    minimum: 1,
+    default: 10_000,
+    description: 'Most connections the public listener holds open at once; one more is answered 503 and closed.',
+  }),
+  maxConnectionsPerAddress: Type.Integer({
+    minimum: 0,
+    default: 0,
+    description:
+      'Most connections open at once from one client address (IPv6: one /64 network); one more is answered 429 and closed. 0: no limit. Leave 0 behind a load balancer: every connection then comes from its address.',
+  }),
   shutdownGraceMs: Milliseconds(10_000, 'On SIGTERM/SIGINT, how long in-flight requests may take before the process exits anyway.'),
   workers: Type.Union([Type.Integer({ minimum: 1, maximum: 256 }), Type.Literal('auto')], {
     default: 1,
@@ -44,6 +59,16 @@ export const AdminSchema = closed({
     default: '',
     description:
       'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.',
+  }),
+  requestTimeoutMs: Milliseconds(
+    10_000,
+    'Time a client of the ops listener has to send a whole request, head and body; past it: 408, and the connection closes within a tenth of this time more (1 s at most).',
+    1_000,
+  ),
+  maxConnections: Type.Integer({
+    minimum: 1,
+    default: 100,
+    description: 'Most connections the ops listener holds open at once; one more is answered 503 and closed.',
   }),
 });
 

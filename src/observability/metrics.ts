@@ -100,6 +100,24 @@ export function createMetrics() {
       labelNames: ['outcome'] as const,
       registers,
     }),
+    openConnections: new Gauge({
+      name: 'tokengate_open_connections',
+      help: 'Connections open on each listener (public, ops).',
+      labelNames: ['listener'] as const,
+      registers,
+    }),
+    refusedConnections: new Counter({
+      name: 'tokengate_refused_connections_total',
+      help: 'Connections answered and closed unread because a connection limit was reached, by listener and reason (max_connections, max_connections_per_address).',
+      labelNames: ['listener', 'reason'] as const,
+      registers,
+    }),
+    clientErrors: new Counter({
+      name: 'tokengate_client_errors_total',
+      help: 'Requests the HTTP layer answered before any route, then closed their connection, by listener and reason (request_timeout, headers_too_large, malformed, connect).',
+      labelNames: ['listener', 'reason'] as const,
+      registers,
+    }),
     authorizationResponses: new Counter({
       name: 'tokengate_authorization_responses_total',
       help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',

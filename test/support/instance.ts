@@ -43,6 +43,8 @@ export interface StartOptions {
   wrap?: (store: Store) => Store;
   /** A logger to use instead of a silent one (tests that read the log). */
   logger?: Logger;
+  /** Runs before the listeners bind: a test adds routes of its own to `tokengate.app` here. */
+  beforeListen?: (tokengate: Tokengate) => void;
 }
 
 export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
@@ -66,6 +68,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   const unwrapped = options.store ?? createTestRedisStore(prefix);
   const store = options.wrap?.(unwrapped) ?? unwrapped;
   const tokengate = await buildTokengate(config, { store, logger: options.logger });
+  options.beforeListen?.(tokengate);
   const { publicUrl, opsUrl } = await tokengate.listen();
   return {
     tokengate,
