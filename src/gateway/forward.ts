@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { Pool, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import type { Metrics } from '../observability/metrics.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import type { VerifiedToken } from '../token/verified-token.js';
@@ -8,6 +8,7 @@ import { countDenial, type Denial } from './denials.js';
 import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';
 import type { HeaderRules } from './upstream-headers.js';
+import { Pool } from './upstream-pool.js';
 
 /** One upstream of one route, compiled at start; requests only read it. */
 export interface ForwardTarget {
