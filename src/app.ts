@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
-import { TokengateError, isTokengateError } from './errors.js';
+import { jsonErrorHandler, TokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
 import { createListenerGuard } from './http/listener-limits.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
@@ -14,7 +14,7 @@ import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
-import { StoreUnavailableError, type Store } from './store/store.js';
+import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
 export interface BuildOptions {
@@ -95,7 +95,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     // check itself. Denials and errors are logged where they are decided.
     logController: new LogController({ disableRequestLogging: true }),
     return503OnClosing: true,
-    frameworkErrors: renderError,
+    frameworkErrors: jsonErrorHandler(),
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
@@ -105,7 +105,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   publicLimits.attach(app);
   opsLimits.attach(ops);
   for (const server of [app, ops]) {
-    server.setErrorHandler(renderError);
+    server.setErrorHandler(jsonErrorHandler());
     server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
   }
 
@@ -154,30 +154,6 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   };
 }
 
-/**
- * The one error renderer: TokengateErrors keep their status and RFC body; fastify's own
- * client errors (bad JSON, body too large, unsupported media type) become invalid_request;
- * anything else is a 500 whose detail stays in the log.
- */
-function renderError(error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
-  let failure: TokengateError;
-  if (isTokengateError(error)) failure = error;
-  else if (error instanceof StoreUnavailableError) {
-    request.log.warn({ err: error.message }, 'token store unavailable');
-    failure = new TokengateError('STORE_UNAVAILABLE');
-  } else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
-  else if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') failure = new TokengateError('UNSUPPORTED_MEDIA_TYPE');
-  else if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
-    failure = new TokengateError('INVALID_REQUEST', { description: publicClientErrorMessage(error) });
-  } else {
-    request.log.error({ err: error }, 'unhandled error');
-    failure = new TokengateError('INTERNAL');
-  }
-  if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
-  if (failure.headers !== undefined) reply.headers(failure.headers);
-  reply.code(failure.status).header('cache-control', 'no-store').send(failure.toBody());
-}
-
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */
 function publicMethods(config: Readonly<Config>): string[] {
   const methods = new Set(config.issuer.enabled ? ['GET', 'HEAD', 'POST'] : []);
@@ -187,18 +163,3 @@ function publicMethods(config: Readonly<Config>): string[] {
 
 /** The methods of the ops listener's routes (health, metrics, admin API). */
 const OPS_METHODS = ['GET', 'HEAD', 'POST', 'DELETE'];
-
-/** Fastify's client-error messages describe the request's shape, never its content: safe to show. */
-function publicClientErrorMessage(error: Error & { code?: string }): string {
-  switch (error.code) {
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return 'The request body is not valid JSON.';
-    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
-      return 'The Content-Length header does not match the body.';
-    case 'FST_ERR_BAD_URL':
-      return 'The request path is not valid percent-encoded UTF-8.';
-    default:
-      return 'The request is malformed.';
-  }
-}

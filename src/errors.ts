@@ -1,4 +1,5 @@
 import { STATUS_CODES } from 'node:http';
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 
 /**
  * Every error tokengate answers with, in one table. Each entry has a stable `code` (the key),
@@ -151,6 +152,66 @@ export function isTokengateError(value: unknown): value is TokengateError {
   return value instanceof TokengateError;
 }
 
+/**
+ * The one normalizer every renderer (JSON, the sign-in pages, the metrics) starts from: a
+ * TokengateError stays as it is (the store's and the user source's failures are
+ * TokengateErrors too); fastify's own client errors (bad JSON, body too large, unsupported media
+ * type, a malformed path) become the matching entry; anything else is INTERNAL, its detail kept
+ * for the log only.
+ */
+export function toTokengateError(error: unknown): TokengateError {
+  if (isTokengateError(error)) return error;
+  const { code, statusCode } = error as { code?: string; statusCode?: number };
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new TokengateError('BODY_TOO_LARGE');
+  if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return new TokengateError('UNSUPPORTED_MEDIA_TYPE');
+  if (statusCode !== undefined && statusCode >= 400 && statusCode < 500)
+    return new TokengateError('INVALID_REQUEST', { description: clientErrorDescription(code) });
+  return new TokengateError('INTERNAL', { cause: error });
+}
+
+/** Fastify's client-error messages describe the request's shape, never its content: safe to show. */
+function clientErrorDescription(code: string | undefined): string {
+  switch (code) {
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return 'The request body is not valid JSON.';
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return 'The Content-Length header does not match the body.';
+    case 'FST_ERR_BAD_URL':
+      return 'The request path is not valid percent-encoded UTF-8.';
+    default:
+      return 'The request is malformed.';
+  }
+}
+
+/**
+ * How a failure is logged, wherever it is answered: what is wrong with tokengate at error, with
+ * the cause's stack; what is wrong around it (the store, a user service) at warn, its detail
+ * only; a refusal with a private detail at info. Details never hold a secret.
+ */
+export function logFailure(log: FastifyBaseLogger, failure: TokengateError): void {
+  if (failure.code === 'INTERNAL') log.error({ err: failure.cause }, 'unhandled error');
+  else if (failure.status >= 500) log.warn({ code: failure.code, detail: failure.detail }, failure.description);
+  else if (failure.detail !== undefined) log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+}
+
+/**
+ * The fastify error handler of every JSON listener: the failure, normalized, logged, and answered
+ * with its rendering; with a realm, a 401 also carries its RFC challenge (the issuer's endpoints
+ * and the admin API; the gateway's denials carry their own, compiled at start).
+ */
+export function jsonErrorHandler(realm?: string) {
+  return function answerError(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
+    const failure = toTokengateError(error);
+    logFailure(request.log, failure);
+    const { status, headers, body } = renderError(failure);
+    reply.code(status).headers(headers);
+    const challenge = realm === undefined ? undefined : authenticateChallenge(failure, realm);
+    if (challenge !== undefined) reply.header('www-authenticate', challenge);
+    void reply.send(body);
+  };
+}
+
 /** Quotes a value for an RFC 7235 auth-param (`realm="..."`). */
 export function quoteAuthParam(value: string): string {
   return `"${value.replace(/["\\]/g, '\\$&')}"`;
@@ -206,8 +267,7 @@ export function renderError(failure: TokengateError): RenderedError {
 /**
  * A whole HTTP/1.1 error response as bytes, for failures found before there is a request
  * object to answer through (a head the parser refuses, a connection over a limit): the same
- * body and headers as the renderer in app.ts gives every other error, and the connection is
- * closed after it.
+ * rendering as every other error, and the connection is closed after it.
  */
 export function rawErrorResponse(failure: TokengateError): string {
   const { status, headers, body } = renderError(failure);

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
-import { challengingErrorHandler } from '../error-handler.js';
+import { jsonErrorHandler } from '../errors.js';
 import { requireAdminToken } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerTokenRoutes } from './tokens.js';
@@ -14,7 +14,7 @@ import { registerUserRoutes } from './users.js';
 export async function registerAdmin(ops: FastifyInstance, context: TokengateContext): Promise<void> {
   await ops.register(
     async function adminApi(scope) {
-      scope.setErrorHandler(challengingErrorHandler(`${context.config.gateway.realm} admin`));
+      scope.setErrorHandler(jsonErrorHandler(`${context.config.gateway.realm} admin`));
       scope.addHook('onRequest', requireAdminToken(context.config.admin.token));
       registerApplicationRoutes(scope, context);
       registerUserRoutes(scope, context);

@@ -1,7 +1,7 @@
 import formbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
-import { challengingErrorHandler } from '../error-handler.js';
+import { jsonErrorHandler } from '../errors.js';
 import { registerIntrospectionEndpoint } from './introspection-endpoint.js';
 import { registerMetadataEndpoint } from './metadata-endpoint.js';
 import { registerRevocationEndpoint } from './revocation-endpoint.js';
@@ -18,7 +18,7 @@ export async function registerIssuer(app: FastifyInstance, context: TokengateCon
     // else, text included, is a 415 rather than a guess.
     await scope.register(formbody);
     scope.removeContentTypeParser('text/plain');
-    scope.setErrorHandler(challengingErrorHandler(context.config.gateway.realm));
+    scope.setErrorHandler(jsonErrorHandler(context.config.gateway.realm));
     registerTokenEndpoint(scope, context);
     registerRevocationEndpoint(scope, context);
     registerIntrospectionEndpoint(scope, context);

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
-import { wireErrorOf } from '../error-handler.js';
+import { toTokengateError } from '../errors.js';
 import { TokengateError } from '../errors.js';
 import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
@@ -20,7 +20,7 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
     {
       ...backChannelRouteOptions(context.config),
       onError: async (_request, _reply, error) => {
-        context.metrics.tokenErrors.inc({ error: wireErrorOf(error) });
+        context.metrics.tokenErrors.inc({ error: toTokengateError(error).error });
       },
     },
     async function tokenEndpoint(request) {

@@ -1,4 +1,5 @@
 import type { IssuerConfig } from '../config/schema.js';
+import { TokengateError } from '../errors.js';
 import type { Store } from '../store/store.js';
 import { decoyPasswordHash, verifyPassword } from './passwords.js';
 
@@ -16,9 +17,9 @@ export interface UserSource {
   verify(email: string, password: string): Promise<string | null>;
 }
 
-export class UserSourceUnavailableError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+export class UserSourceUnavailableError extends TokengateError {
+  constructor(detail: string, options: { cause?: unknown } = {}) {
+    super('USER_SOURCE_UNAVAILABLE', { detail, cause: options.cause });
     this.name = 'UserSourceUnavailableError';
   }
 }

@@ -1,3 +1,4 @@
+import { TokengateError } from '../errors.js';
 import type { TokenKind } from '../token/kinds.js';
 
 /**
@@ -161,10 +162,10 @@ export interface SessionRecord {
   [key: string]: unknown;
 }
 
-/** The store could not be reached or did not answer in time: callers answer 503, never 401. */
-export class StoreUnavailableError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+/** The store could not be reached or did not answer in time: callers answer 503, never 401. `detail` says what failed, for the log. */
+export class StoreUnavailableError extends TokengateError {
+  constructor(detail: string, options: { cause?: unknown } = {}) {
+    super('STORE_UNAVAILABLE', { detail, cause: options.cause });
     this.name = 'StoreUnavailableError';
   }
 }

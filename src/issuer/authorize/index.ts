@@ -3,10 +3,10 @@ import fastifyFormbody from '@fastify/formbody';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TokengateContext } from '../../context.js';
-import { ERRORS, TokengateError, isTokengateError } from '../../errors.js';
-import { StoreUnavailableError, type AuthorizationCodeRecord } from '../../store/store.js';
+import { ERRORS, logFailure, TokengateError, toTokengateError } from '../../errors.js';
+import type { AuthorizationCodeRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
-import { UserSourceUnavailableError, createUserSource } from '../users.js';
+import { createUserSource } from '../users.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
 import { Sessions, csrfTokenMatches, type PendingAuthorization, type Session } from './session.js';
@@ -182,9 +182,8 @@ function createAuthorizationEndpoint(context: TokengateContext) {
         const location = redirectUriWith(error.redirectUri, { error: error.failure.error, error_description: error.failure.description, state: error.state });
         return reply.redirect(location, request.method === 'GET' ? 302 : 303);
       }
-      const failure = asPageFailure(error);
-      if (failure.code === 'INTERNAL') request.log.error({ err: error }, 'unhandled error');
-      else if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+      const failure = pageFailure(error);
+      logFailure(request.log, failure);
       return sendPage(reply, errorPage(failure));
     },
   };
@@ -214,15 +213,15 @@ function field(body: Record<string, unknown>, name: string): string | undefined 
   return typeof value === 'string' ? value : undefined;
 }
 
-function asPageFailure(error: Error & { statusCode?: number }): TokengateError {
-  if (isTokengateError(error)) return error;
-  if (error instanceof UserSourceUnavailableError) return new TokengateError('USER_SOURCE_UNAVAILABLE', { detail: error.message });
-  if (error instanceof StoreUnavailableError)
-    return new TokengateError('STORE_UNAVAILABLE', { description: ERRORS.USER_SOURCE_UNAVAILABLE.description, detail: error.message });
-  if (error.statusCode === 413) return new TokengateError('BODY_TOO_LARGE');
-  if (error.statusCode === 415)
+/**
+ * The failure as the sign-in pages show it: the one normalizer's, worded for a person at a form
+ * (a store outage reads as sign-in being unavailable; a body that is not a form, as such).
+ */
+function pageFailure(error: unknown): TokengateError {
+  const failure = toTokengateError(error);
+  if (failure.code === 'STORE_UNAVAILABLE')
+    return new TokengateError('STORE_UNAVAILABLE', { description: ERRORS.USER_SOURCE_UNAVAILABLE.description, detail: failure.detail });
+  if (failure.code === 'UNSUPPORTED_MEDIA_TYPE')
     return new TokengateError('UNSUPPORTED_MEDIA_TYPE', { description: 'This form must be sent as application/x-www-form-urlencoded.' });
-  if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500)
-    return new TokengateError('INVALID_REQUEST', { description: 'The request is malformed.' });
-  return new TokengateError('INTERNAL');
+  return failure;
 }
