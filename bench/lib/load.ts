@@ -5,7 +5,7 @@ import { performance } from 'node:perf_hooks';
  * One autocannon run, in this process. Latencies are recorded here from autocannon's
  * per-response event (sub-millisecond, every status) rather than from its histogram, which
  * keeps whole milliseconds and only 2xx answers: the 2,000 req/s comparison needs the
- * fractions, the forged-token flood is all 401s.
+ * fractions, the unknown-token flood is all 401s.
  */
 export interface LoadOptions {
   url: string;
@@ -92,10 +92,6 @@ export function summarizeLoad(windows: readonly LoadWindow[]): LoadResult {
     errors: sum((window) => window.errors),
     unexpected: sum((window) => window.unexpected),
   };
-}
-
-export async function runLoad(options: LoadOptions): Promise<LoadResult> {
-  return summarizeLoad([await runLoadWindow(options)]);
 }
 
 /** Nearest-rank percentile of ascending values; NaN when there are none. */

@@ -1,209 +1,253 @@
 import type { AutocannonRequest } from 'autocannon';
 import { performance } from 'node:perf_hooks';
 import type { RedisStore } from '../../src/store/redis.js';
-import { runLoadWindow, summarizeLoad, type LoadWindow } from './load.js';
-import { cacheLookupsBetween, scrapeCounters, type CacheLookups } from './metrics.js';
-import { cpuCoreMilliseconds, cpuMilliseconds, totalCpuMilliseconds } from './proc.js';
-import { logTail, type Pinning, type ProcessGroup } from './processes.js';
-import { progress } from './progress.js';
-import type { BenchResults, ScenarioResult } from './report.js';
-import type { BenchSettings } from './settings.js';
-import type { Service } from './services.js';
+import type { TokenMinter } from '../../src/token/token-value.js';
+import { runLoadWindow, summarizeLoad, type LoadResult, type LoadWindow } from './load.js';
+import { cacheLookupsBetween, scrapeMetrics, type CacheLookups } from './metrics.js';
+import { totalCpuMilliseconds } from './proc.js';
+import { logTail, type ProcessGroup } from './processes.js';
+import type { Tier } from './services.js';
+import type { Settings } from './settings.js';
 
 /**
- * Measuring one throughput scenario: one answer checked, warm-up, then a measured window with
- * the CPU of every process involved (/proc), tokengate's cache counters (/metrics) and what
- * else used the servers' CPUs (/proc/stat); windows of one scenario pool into its row.
+ * How a row is measured: its tier under test gets one request checked and a warm-up, then
+ * measured windows, in turns with the other rows of its scenario, each window with the tier's
+ * CPU from /proc and, for tokengate, its cache counters from /metrics; a row pools its windows.
  */
 
-export interface Run {
-  settings: BenchSettings;
+/** What every scenario gets: the run's shared parts, and where the figures go. */
+export interface Bench {
+  settings: Settings;
   group: ProcessGroup;
-  pinning: Pinning | null;
-  redis: { url: string; pid: number; store: RedisStore };
-  /** Servers that have had their first, longer warm-up. */
-  warmed: Set<Service>;
-  results: BenchResults;
+  redis: { url: string; store: RedisStore };
+  keyPrefix: string;
+  tagKey: string;
+  minter: TokenMinter;
+  upstream: Tier;
+  /** GET /api/public/me with the run's stored user token: the cached-token request, and every warm-up. */
+  me: AutocannonRequest;
+  results: Results;
+  /** Starts a server the first time a row asks for it and hands the same one to later rows. */
+  shared(name: string, start: () => Promise<Tier | string>): Promise<Tier | string>;
+}
+
+export interface RowResult {
+  id: string;
+  title: string;
+  load: LoadResult;
+  windows: number;
+  /** CPU (user + system) of the tier's processes per 1,000 answers. */
+  tierCpuMsPer1k: number;
+  /** The tier's CPU time over the wall time of its windows: 100 is one core busy throughout. */
+  tierCpuPercent: number;
+  /** Share of tokengate's token lookups answered from its cache; null for other tiers. */
+  cacheHitPercent: number | null;
+}
+
+export interface Results {
+  rows: RowResult[];
+  memory: {
+    idleBytes: number | null;
+    cached: { tokens: number; bytes: number } | null;
+    /** RSS once a second. */
+    soak: number[] | null;
+    flood: { beforeBytes: number; during: number[]; after: number[] } | null;
+  };
+  revocation: { samples: number; p50Ms: number; p99Ms: number; maxMs: number } | null;
+  /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
+  notes: string[];
   failures: string[];
 }
 
-/** How one throughput scenario is driven and accounted. */
-export interface ScenarioSpec {
-  id: string;
-  title: string;
-  target: Service;
+/** What a row's windows send. */
+export interface Traffic {
   request: AutocannonRequest;
   expectedStatus?: number;
-  /** Whose CPU counts as the gateway's; null for the direct run. */
-  gateway: Service | null;
-  baseline: string | null;
-  durationSeconds?: number;
-  amount?: number;
-  /** Seconds of unmeasured load first: BENCH_WARMUP (BENCH_FIRST_WARMUP on a fresh server) by default, 0 for none. */
-  warmupSeconds?: number;
-  /** Called every second while the measured run lasts (memory soak). */
+  /** Each window sends exactly this many requests (one token each) instead of running for its seconds. */
+  requestsPerWindow?: number;
+  /** Called every second of each measured window. */
   everySecond?: () => void;
 }
 
-/** What one measured window of a scenario took, from every process involved. */
-export interface Window {
+/** One row of the table. */
+export interface Row {
+  id: string;
+  title: string;
+  /** The tier under test, started where it belongs (or reused); a string says why it cannot run here. */
+  tier(bench: Bench): Promise<Tier | string>;
+  /** Prepared once, before the first window; by default the cached-token request. */
+  traffic?(bench: Bench, tier: Tier, windows: number): Promise<Traffic>;
+  /** After the last window (the cache-miss row records the memory it filled). */
+  finish?(bench: Bench, tier: Tier, result: RowResult): Promise<void>;
+  /** Connections and overall requests per second; by default 50 connections, as fast as answered. */
+  connections?: number;
+  rate?: number;
+}
+
+/** An entry of the run: BENCH_ONLY names its id or any of its rows'. */
+export interface Scenario {
+  id: string;
+  rowIds: readonly string[];
+  run(bench: Bench, wanted: (rowId: string) => boolean): Promise<void>;
+}
+
+export interface Shape {
+  rounds: number;
+  seconds: number;
+}
+
+/** Rows measured side by side: each takes a window in turn, `rounds` times, so a drift in the machine's load is shared evenly. */
+export function rowsInTurns(id: string, rows: Row[], shape: (settings: Settings) => Shape = (s) => ({ rounds: s.rounds, seconds: s.windowSeconds })): Scenario {
+  return {
+    id,
+    rowIds: rows.map((row) => row.id),
+    run: (bench, wanted) =>
+      measureRows(
+        bench,
+        rows.filter((row) => wanted(row.id)),
+        shape(bench.settings),
+      ),
+  };
+}
+
+interface Contender {
+  row: Row;
+  tier: Tier;
+  traffic: Traffic;
+  windows: Window[];
+}
+
+interface Window {
   load: LoadWindow;
-  gatewayCpuMs: number;
-  redisCpuMs: number;
-  loadGeneratorCpuMs: number;
-  cacheLookups: CacheLookups | null;
-  serverCpu: ServerCpuUse | null;
+  cpuMs: number;
+  lookups: CacheLookups | null;
 }
 
-/** One scenario, one window: check one answer, warm up, measure. */
-export async function measure(run: Run, spec: ScenarioSpec): Promise<ScenarioResult> {
-  return record(run, spec, [await measureWindow(run, spec)]);
-}
-
-/**
- * Several scenarios in turn, `rounds` times, each pooled over its windows: slow drifts in what
- * else the machine does are shared out evenly between the servers compared.
- */
-export async function measureInterleaved(run: Run, specs: ScenarioSpec[], rounds: number): Promise<void> {
-  const windows = new Map<ScenarioSpec, Window[]>(specs.map((spec) => [spec, []]));
-  for (let round = 0; round < rounds; round++) {
-    for (const spec of specs) {
-      try {
-        const window = await measureWindow(run, round === 0 ? spec : { ...spec, warmupSeconds: 0 });
-        windows.get(spec)!.push(window);
-        progress(`${spec.title}, window ${round + 1} of ${rounds}: ${Math.round(window.load.requests / window.load.seconds)} req/s`);
-      } catch (error) {
-        windows.delete(spec);
-        specs = specs.filter((other) => other !== spec);
-        run.failures.push(`${spec.id}: ${(error as Error).message}`);
-        progress(`${spec.id} FAILED: ${(error as Error).message}`);
+async function measureRows(bench: Bench, rows: Row[], shape: Shape): Promise<void> {
+  const contenders: Contender[] = [];
+  for (const row of rows) {
+    await attempt(bench, row.id, async () => {
+      const tier = await row.tier(bench);
+      if (typeof tier === 'string') {
+        bench.results.notes.push(`${row.id} skipped: ${tier}`);
+        progress(`${row.id} skipped: ${tier}`);
+        return;
       }
+      const traffic = row.traffic === undefined ? { request: bench.me } : await row.traffic(bench, tier, shape.rounds);
+      contenders.push({ row, tier, traffic, windows: [] });
+    });
+  }
+  for (let round = 0; round < shape.rounds; round++) {
+    for (const contender of [...contenders]) {
+      const ok = await attempt(bench, contender.row.id, async () => {
+        const window = await measureWindow(bench, contender, shape.seconds, round === 0);
+        contender.windows.push(window);
+        progress(`${contender.row.title}, window ${round + 1} of ${shape.rounds}: ${Math.round(window.load.requests / window.load.seconds)} req/s`);
+      });
+      if (!ok) contenders.splice(contenders.indexOf(contender), 1);
     }
   }
-  for (const [spec, measured] of windows) record(run, spec, measured);
+  for (const { row, tier, traffic, windows } of contenders) {
+    const result = pool(row, windows);
+    bench.results.rows.push(result);
+    const { errors, unexpected, statuses } = result.load;
+    if (errors + unexpected > 0)
+      bench.results.failures.push(
+        `${row.id}: ${errors} connection errors, ${unexpected} answers other than ${traffic.expectedStatus ?? 200} ${JSON.stringify(statuses)}`,
+      );
+    if (row.finish !== undefined) await attempt(bench, row.id, () => row.finish!(bench, tier, result));
+  }
 }
 
-async function measureWindow(run: Run, spec: ScenarioSpec): Promise<Window> {
-  const expectedStatus = spec.expectedStatus ?? 200;
-  const load = (durationSeconds: number, amount?: number) =>
-    runLoadWindow({
-      url: spec.target.url,
-      connections: run.settings.connections,
-      durationSeconds,
-      ...(amount !== undefined ? { amount } : {}),
-      request: spec.request,
-      expectedStatus,
-    });
-  // A fresh Node process runs its first seconds unoptimized: its first scenario warms up longer.
-  const fresh = !run.warmed.has(spec.target);
-  run.warmed.add(spec.target);
-  const warmupSeconds = spec.warmupSeconds ?? (fresh ? run.settings.firstWarmupSeconds : run.settings.warmupSeconds);
-  if (warmupSeconds > 0 || fresh) await expectAnswer(spec.target, spec.request, expectedStatus);
-  if (warmupSeconds > 0) await load(warmupSeconds);
+/** Servers that have had their first, longer warm-up. */
+const warmed = new WeakSet<Tier>();
 
-  const opsUrl = spec.gateway?.opsUrl ?? null;
-  const countersBefore = opsUrl === null ? null : await scrapeCounters(opsUrl);
-  const gatewayPids = spec.gateway?.pids() ?? [];
-  const serverCpu = watchServerCpu(run);
-  const before = { gateway: totalCpuMilliseconds(gatewayPids), redis: cpuMilliseconds(run.redis.pid), self: process.cpuUsage() };
-  const ticker = spec.everySecond === undefined ? null : setInterval(spec.everySecond, 1000);
-  let measured: LoadWindow;
+async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, seconds: number, first: boolean): Promise<Window> {
+  const { settings } = bench;
+  const shape = { url: tier.url, connections: row.connections ?? settings.connections, ...(row.rate === undefined ? {} : { overallRate: row.rate }) };
+  if (first) {
+    // A fresh Node process runs its first seconds unoptimized: its first row warms up longer.
+    const fresh = !warmed.has(tier);
+    warmed.add(tier);
+    if (fresh) await expectAnswer(tier, bench.me);
+    const warmupSeconds = fresh ? settings.firstWarmupSeconds : settings.warmupSeconds;
+    await runLoadWindow({ ...shape, durationSeconds: warmupSeconds, request: bench.me, expectedStatus: 200 });
+  }
+  const pids = tier.pids();
+  const cpuBefore = totalCpuMilliseconds(pids);
+  const metricsBefore = tier.opsUrl === undefined ? null : await scrapeMetrics(tier.opsUrl);
+  const ticker = traffic.everySecond === undefined ? null : setInterval(traffic.everySecond, 1000);
+  const amount = traffic.requestsPerWindow;
+  let load: LoadWindow;
   try {
-    measured = await load(spec.durationSeconds ?? run.settings.durationSeconds, spec.amount);
+    load = await runLoadWindow({
+      ...shape,
+      request: traffic.request,
+      expectedStatus: traffic.expectedStatus ?? 200,
+      ...(amount === undefined ? { durationSeconds: seconds } : { amount, durationSeconds: settings.maxWindowSeconds }),
+    });
   } finally {
     if (ticker !== null) clearInterval(ticker);
   }
-  const self = process.cpuUsage(before.self);
-  for (const service of [spec.target, spec.gateway]) {
-    const exited = service?.process.exitStatus() ?? null;
-    if (exited !== null) throw new Error(`${service!.process.name} ${exited} during the run:\n${logTail(service!.process.logFile)}`);
+  const cpuMs = totalCpuMilliseconds(pids) - cpuBefore;
+  for (const started of tier.processes) {
+    const exited = started.exitStatus();
+    if (exited !== null) throw new Error(`${started.name} ${exited} during the window:\n${logTail(started.logFile)}`);
   }
-  return {
-    load: measured,
-    serverCpu: serverCpu?.() ?? null,
-    gatewayCpuMs: totalCpuMilliseconds(gatewayPids) - before.gateway,
-    redisCpuMs: cpuMilliseconds(run.redis.pid) - before.redis,
-    loadGeneratorCpuMs: (self.user + self.system) / 1000,
-    cacheLookups: opsUrl === null || countersBefore === null ? null : cacheLookupsBetween(countersBefore, await scrapeCounters(opsUrl)),
-  };
+  if (amount !== undefined && load.requests < amount)
+    bench.results.notes.push(`${row.id}: a window stopped after ${settings.maxWindowSeconds} s, at ${load.requests} of ${amount} requests`);
+  const lookups = metricsBefore === null ? null : cacheLookupsBetween(metricsBefore, await scrapeMetrics(tier.opsUrl!));
+  return { load, cpuMs, lookups };
 }
 
-/** A scenario's row from its windows, pooled; stored in the results in the order measured. */
-function record(run: Run, spec: ScenarioSpec, windows: Window[]): ScenarioResult {
+function pool(row: Row, windows: Window[]): RowResult {
   const load = summarizeLoad(windows.map((window) => window.load));
-  const sum = (pick: (window: Window) => number) => windows.reduce((total, window) => total + pick(window), 0);
-  const perThousand = (cpuMs: number) => (load.requests === 0 ? Number.NaN : (cpuMs * 1000) / load.requests);
-  const lookups = windows.map((window) => window.cacheLookups);
-  const serverCpu = windows.every((window) => window.serverCpu !== null) ? windows.map((window) => window.serverCpu!) : null;
-  const serverCapacityMs = serverCpu?.reduce((total, use) => total + use.capacityMs, 0) ?? 0;
-  const scenario: ScenarioResult = {
-    id: spec.id,
-    title: windows.length > 1 ? `${spec.title} (${windows.length} windows)` : spec.title,
+  const cpuMs = windows.reduce((total, window) => total + window.cpuMs, 0);
+  const lookups = windows.every((window) => window.lookups !== null)
+    ? windows.reduce((total, window) => ({ hits: total.hits + window.lookups!.hits, lookups: total.lookups + window.lookups!.lookups }), {
+        hits: 0,
+        lookups: 0,
+      })
+    : null;
+  return {
+    id: row.id,
+    title: row.title,
     load,
-    gatewayCpuMsPer1k: spec.gateway === null ? null : perThousand(sum((window) => window.gatewayCpuMs)),
-    storeCpuMsPer1k: perThousand(sum((window) => window.redisCpuMs)),
-    cacheLookups: lookups.every((each) => each !== null)
-      ? { hits: lookups.reduce((total, each) => total + each!.hits, 0), misses: lookups.reduce((total, each) => total + each!.misses, 0) }
-      : null,
-    serverCpuElsewherePercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.elsewhereMs, 0) / serverCapacityMs) * 100,
-    serverCpuStealPercent: serverCpu === null ? null : (serverCpu.reduce((total, use) => total + use.stealMs, 0) / serverCapacityMs) * 100,
-    baseline: spec.baseline,
-    loadGeneratorCpuPercent: (sum((window) => window.loadGeneratorCpuMs) / (load.seconds * 1000)) * 100,
-  };
-  run.results.scenarios[spec.id] = scenario;
-  progress(
-    `${scenario.title}: ${Math.round(load.requestsPerSecond)} req/s, p99 ${load.p99Ms.toFixed(2)} ms, ${load.errors} errors, ${load.unexpected} unexpected statuses`,
-  );
-  return scenario;
-}
-
-export interface ServerCpuUse {
-  /** CPU time of the server CPUs used by processes outside the benchmark, and stolen by the hypervisor. */
-  elsewhereMs: number;
-  stealMs: number;
-  /** Wall time times the number of server CPUs. */
-  capacityMs: number;
-}
-
-/**
- * Starts watching the servers' CPUs (when pinned); the function returned tells what processes
- * outside the benchmark used of them since, and what the hypervisor stole. A scenario with much
- * of either measured a busy machine, not the servers.
- */
-function watchServerCpu(run: Run): (() => ServerCpuUse) | null {
-  if (run.pinning === null) return null;
-  const cpus = run.pinning.serverCpuList;
-  const pids = run.group.pids();
-  const ours = () => pids.reduce((sum, pid) => sum + tryCpuMilliseconds(pid), 0);
-  const started = { at: performance.now(), core: cpuCoreMilliseconds(cpus), ours: ours() };
-  return () => {
-    const core = cpuCoreMilliseconds(cpus);
-    return {
-      elsewhereMs: Math.max(0, core.busy - started.core.busy - (ours() - started.ours)),
-      stealMs: core.steal - started.core.steal,
-      capacityMs: (performance.now() - started.at) * cpus.length,
-    };
+    windows: windows.length,
+    tierCpuMsPer1k: (cpuMs * 1000) / load.requests,
+    tierCpuPercent: (cpuMs / (load.seconds * 1000)) * 100,
+    cacheHitPercent: lookups === null || lookups.lookups === 0 ? null : (lookups.hits / lookups.lookups) * 100,
   };
 }
 
-/** A process that ended meanwhile counts as nothing more. */
-function tryCpuMilliseconds(pid: number): number {
+/** Runs a part of the benchmark; a failure is recorded and the run goes on. */
+export async function attempt(bench: Bench, id: string, body: () => Promise<void>): Promise<boolean> {
   try {
-    return cpuMilliseconds(pid);
-  } catch {
-    return 0;
+    await body();
+    return true;
+  } catch (error) {
+    bench.results.failures.push(`${id}: ${(error as Error).message}`);
+    progress(`${id} FAILED: ${(error as Error).message}`);
+    return false;
   }
 }
 
-/** One request before the load: a scenario that would measure error pages fails here, with the answer shown. */
-export async function expectAnswer(target: Service, request: AutocannonRequest, status: number): Promise<void> {
-  const concrete = request.setupRequest === undefined ? request : request.setupRequest({ ...request }, {});
-  const response = await fetch(`${target.url}${concrete.path ?? '/'}`, {
-    method: concrete.method ?? 'GET',
-    ...(concrete.headers !== undefined ? { headers: concrete.headers } : {}),
-    ...(concrete.body !== undefined ? { body: concrete.body } : {}),
+/** One request before the load: a row that would measure error pages fails here, with the answer shown. */
+async function expectAnswer(tier: Tier, request: AutocannonRequest): Promise<void> {
+  const response = await fetch(`${tier.url}${request.path ?? '/'}`, {
+    method: request.method ?? 'GET',
+    ...(request.headers === undefined ? {} : { headers: request.headers }),
   });
   const body = await response.text();
-  if (response.status !== status)
-    throw new Error(`${concrete.method ?? 'GET'} ${concrete.path} answered ${response.status} (expected ${status}): ${body.slice(0, 300)}`);
+  if (response.status !== 200)
+    throw new Error(`${tier.name} answered ${request.method ?? 'GET'} ${request.path} with ${response.status}: ${body.slice(0, 300)}`);
 }
+
+const started = performance.now();
+
+/** A line on stderr, stamped with the seconds since the run began. */
+export function progress(message: string): void {
+  process.stderr.write(`[bench ${((performance.now() - started) / 1000).toFixed(0).padStart(3)} s] ${message}\n`);
+}
+
+export const elapsedSeconds = () => (performance.now() - started) / 1000;

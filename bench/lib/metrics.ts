@@ -1,41 +1,38 @@
 /**
- * tokengate's own counters, read from its /metrics before and after a scenario, so the report
- * can show that a cache-hit run was answered from the cache and a cache-miss run was not.
+ * tokengate's own metrics, read before and after each window: they show that a cache-hit row
+ * was answered from the cache and a cache-miss row was not, and how many tokens are cached.
  */
 
-/** Sums every sample of each metric in a Prometheus text exposition, over all label values. */
-export function parseCounters(exposition: string): Map<string, number> {
-  const totals = new Map<string, number>();
+/** Every sample of a Prometheus text exposition under its series (`name{labels}`), and each metric's sum over its labels under its name. */
+export function parseSamples(exposition: string): Map<string, number> {
+  const samples = new Map<string, number>();
   for (const line of exposition.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? (\S+)/.exec(line);
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)/.exec(line);
     if (match === null) continue;
-    totals.set(match[1]!, (totals.get(match[1]!) ?? 0) + Number(match[2]));
+    const [, name, labels, value] = match as unknown as [string, string, string | undefined, string];
+    if (labels !== undefined) samples.set(name + labels, Number(value));
+    samples.set(name, (samples.get(name) ?? 0) + Number(value));
   }
-  return totals;
+  return samples;
 }
 
-export async function scrapeCounters(opsUrl: string): Promise<Map<string, number>> {
+export async function scrapeMetrics(opsUrl: string): Promise<Map<string, number>> {
   const response = await fetch(`${opsUrl}/metrics`);
-  if (response.status !== 200) throw new Error(`/metrics answered ${response.status}`);
-  return parseCounters(await response.text());
+  if (response.status !== 200) throw new Error(`${opsUrl}/metrics answered ${response.status}`);
+  return parseSamples(await response.text());
 }
 
 export interface CacheLookups {
   hits: number;
-  misses: number;
+  /** Hits, and lookups that went to the store. */
+  lookups: number;
 }
 
-const HITS = 'tokengate_cache_hits_total';
-const MISSES = 'tokengate_cache_misses_total';
-
-/** Lookups between two scrapes; null when this build has no token cache metrics. */
-export function cacheLookupsBetween(before: Map<string, number>, after: Map<string, number>): CacheLookups | null {
-  const delta = (name: string) => {
-    const end = after.get(name);
-    return end === undefined ? undefined : end - (before.get(name) ?? 0);
-  };
-  const hits = delta(HITS);
-  const misses = delta(MISSES);
-  return hits === undefined || misses === undefined ? null : { hits, misses };
+/** Token lookups between two scrapes, and how many the cache answered. */
+export function cacheLookupsBetween(before: Map<string, number>, after: Map<string, number>): CacheLookups {
+  const delta = (name: string) => (after.get(name) ?? 0) - (before.get(name) ?? 0);
+  const hits = delta('tokengate_cache_hits_total');
+  return { hits, lookups: hits + delta('tokengate_cache_misses_total') };
 }
+
+export const CACHED_TOKENS = 'tokengate_cache_entries{kind="valid"}';

@@ -29,9 +29,17 @@ export function cpuMilliseconds(pid: number): number {
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS_PER_SECOND;
 }
 
-/** Total CPU milliseconds of several processes (nginx master + worker + the check service). */
+/** Total CPU milliseconds of several processes (nginx master + workers + the check service); one that has ended counts as nothing more. */
 export function totalCpuMilliseconds(pids: readonly number[]): number {
-  return pids.reduce((sum, pid) => sum + cpuMilliseconds(pid), 0);
+  let total = 0;
+  for (const pid of pids) {
+    try {
+      total += cpuMilliseconds(pid);
+    } catch {
+      // Ended meanwhile.
+    }
+  }
+  return total;
 }
 
 /** Resident set size in bytes (VmRSS). */
@@ -53,27 +61,4 @@ export function childPids(parent: number): number[] {
     }
   }
   return children;
-}
-
-/**
- * CPU time the given CPUs spent busy (user, nice, system) and stolen by the hypervisor, in
- * milliseconds since boot, from /proc/stat. Compared with the benchmark's own processes, it
- * shows how much of the servers' core something else took during a scenario.
- */
-export function cpuCoreMilliseconds(cpus: readonly number[]): { busy: number; steal: number } {
-  const lines = readFileSync('/proc/stat', 'utf8').split('\n');
-  let busy = 0;
-  let steal = 0;
-  for (const cpu of cpus) {
-    const fields = lines
-      .find((line) => line.startsWith(`cpu${cpu} `))
-      ?.split(/\s+/)
-      .slice(1)
-      .map(Number);
-    if (fields === undefined) throw new Error(`no cpu${cpu} in /proc/stat`);
-    const [user = 0, nice = 0, system = 0, , , , , stolen = 0] = fields;
-    busy += user + nice + system;
-    steal += stolen;
-  }
-  return { busy: (busy * 1000) / CLOCK_TICKS_PER_SECOND, steal: (steal * 1000) / CLOCK_TICKS_PER_SECOND };
 }

@@ -1,37 +1,36 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { openSync, readFileSync, closeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { connect } from 'node:net';
+import { connect, createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { childPids } from './proc.js';
 
 /**
- * Starting and stopping the processes under test. On a machine with 2+ cores and `taskset`,
- * the load generator (this process) is pinned to CPU 0 and every server to the other CPUs, so
- * the load generator never steals cycles from what it measures; each figure then says what the
- * servers do with the remaining core(s). Without taskset (or BENCH_PIN=0) nothing is pinned and
- * the report says so.
+ * Starting and stopping the processes of a run, each where it belongs. With 2+ CPUs and a
+ * working `taskset`, the load side (this process, which is the load generator, the upstream and
+ * Redis) runs on CPU 0 and the tier under test alone on CPU 1, so a tier's CPU figures are its
+ * own and the load side never takes its cycles. Without, nothing is pinned and the report says so.
  */
 
+/** Where a process runs: the load side's CPU, the tier-under-test CPU, or wherever the kernel puts it. */
+export type Placement = 'load' | 'tier' | 'anywhere';
+
 export interface Pinning {
-  loadGeneratorCpus: string;
-  serverCpus: string;
-  /** The server CPUs as numbers (for /proc/stat). */
-  serverCpuList: number[];
+  loadCpu: number;
+  tierCpu: number;
 }
 
-export function choosePinning(env: NodeJS.ProcessEnv = process.env): Pinning | null {
-  const cpus = availableParallelism();
-  if (env.BENCH_PIN === '0' || cpus < 2) return null;
-  if (spawnSync('taskset', ['-V']).status !== 0) return null;
-  const serverCpuList = Array.from({ length: cpus - 1 }, (_, index) => index + 1);
-  return { loadGeneratorCpus: '0', serverCpus: cpus === 2 ? '1' : `1-${cpus - 1}`, serverCpuList };
+export function choosePinning(): Pinning | null {
+  if (availableParallelism() < 2) return null;
+  // taskset may exist yet be refused (a container without CAP_SYS_NICE over its CPUs).
+  if (spawnSync('taskset', ['-c', '1', 'true']).status !== 0) return null;
+  return { loadCpu: 0, tierCpu: 1 };
 }
 
-/** Moves every thread of this process (autocannon runs here) onto the load generator's CPUs. */
+/** Moves every thread of this process (autocannon runs here) onto the load side's CPU. */
 export function pinThisProcess(pinning: Pinning): void {
-  const result = spawnSync('taskset', ['-a', '-cp', pinning.loadGeneratorCpus, String(process.pid)]);
+  const result = spawnSync('taskset', ['-a', '-cp', String(pinning.loadCpu), String(process.pid)]);
   if (result.status !== 0) throw new Error(`taskset could not pin the load generator: ${result.stderr}`);
 }
 
@@ -48,17 +47,20 @@ export class ProcessGroup {
   private readonly started: Started[] = [];
 
   constructor(
-    private readonly logDir: string,
+    readonly logDir: string,
     private readonly pinning: Pinning | null,
   ) {}
 
-  /** Spawns `command`, pinned to the server CPUs, with stdout and stderr in `<logDir>/<name>.log`. */
-  spawn(name: string, command: string, args: string[], options: { stopSignal?: NodeJS.Signals; cwd?: string } = {}): Started {
+  /** Spawns `command` where `placement` says, with stdout and stderr in `<logDir>/<name>.log`. */
+  spawn(name: string, placement: Placement, command: string, args: string[], stopSignal: NodeJS.Signals = 'SIGTERM'): Started {
     const logFile = join(this.logDir, `${name}.log`);
     const log = openSync(logFile, 'a');
-    const [file, argv] = this.pinning === null ? [command, args] : ['taskset', ['-c', this.pinning.serverCpus, command, ...args]];
+    const cpu = this.pinning === null || placement === 'anywhere' ? null : placement === 'load' ? this.pinning.loadCpu : this.pinning.tierCpu;
     // taskset execs the command in place, so the pid is the server's own.
-    const child = spawn(file, argv, { stdio: ['ignore', log, log], cwd: options.cwd });
+    const child =
+      cpu === null
+        ? spawn(command, args, { stdio: ['ignore', log, log] })
+        : spawn('taskset', ['-c', String(cpu), command, ...args], { stdio: ['ignore', log, log] });
     closeSync(log);
     if (child.pid === undefined) throw new Error(`${name}: could not start ${command}`);
     let exitStatus: string | null = null;
@@ -75,7 +77,7 @@ export class ProcessGroup {
       exitStatus: () => exitStatus,
       stop: async () => {
         if (exitStatus !== null) return;
-        child.kill(options.stopSignal ?? 'SIGTERM');
+        child.kill(stopSignal);
         const forced = setTimeout(() => child.kill('SIGKILL'), 5_000);
         await exited;
         clearTimeout(forced);
@@ -85,17 +87,26 @@ export class ProcessGroup {
     return started;
   }
 
-  /** Every process of the group still running, and their children (nginx's worker). */
-  pids(): number[] {
-    const running = this.started.filter((started) => started.exitStatus() === null).map((started) => started.pid);
-    return [...running, ...running.flatMap((pid) => childPids(pid))];
-  }
-
   /** Stops everything this group started, newest first. */
   async stopAll(): Promise<void> {
     for (const started of this.started.reverse()) await started.stop().catch(() => {});
     this.started.length = 0;
   }
+}
+
+/** A process and its children (nginx's workers, tokengate's cluster workers): whose CPU a tier spends. */
+export const withChildren = (pid: number): number[] => [pid, ...childPids(pid)];
+
+/** A loopback port nothing listens on right now, for a server that takes its port on the command line. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
 }
 
 /** Waits until `port` accepts TCP connections; fails with the log's tail when the process dies first. */
@@ -128,5 +139,3 @@ export function logTail(file: string, lines = 20): string {
     return '(no log)';
   }
 }
-
-export { freePort } from '../../test/support/ports.js';

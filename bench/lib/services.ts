@@ -1,20 +1,21 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { nginxConf } from '../peer/nginx-conf.js';
-import { childPids } from './proc.js';
-import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
+import { nginxCommand, nginxVersion, peerHttp, upstreamHttp } from './nginx.js';
+import { freePort, waitForPort, withChildren, type Placement, type ProcessGroup, type Started } from './processes.js';
 import { tokengateConfigYaml, type BenchConfigOptions } from './tokengate-config.js';
 
-/** The servers a run starts, each a separate process so /proc can account for it alone. */
+/** The servers of a run, each its own process(es), so that /proc accounts for each alone. */
 
-export interface Service {
+export interface Tier {
+  name: string;
   url: string;
   port: number;
-  /** The processes whose CPU counts as this service's (nginx: master, worker and the check service). */
+  /** Every process whose CPU is this tier's (nginx: master, workers and its check service), read at each window's start. */
   pids(): number[];
-  process: Started;
-  /** The ops listener (tokengate only): /metrics, the admin API. */
+  /** Processes that must still run after a window, or the window measured a crash. */
+  processes: Started[];
+  /** tokengate's ops listener: /metrics, the admin API. */
   opsUrl?: string;
 }
 
@@ -23,65 +24,96 @@ function profileFlags(profileDir: string | null, name: string): string[] {
   return profileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${name}.cpuprofile`];
 }
 
-/** Runs one of bench/'s servers (plain JavaScript, plain node, like tokengate's dist/). */
-async function startBenchServer(group: ProcessGroup, name: string, script: string, args: string[], profileDir: string | null = null): Promise<Service> {
-  const port = await freePort();
-  const started = group.spawn(name, process.execPath, [...profileFlags(profileDir, name), script, '--port', String(port), ...args]);
-  await waitForPort(started, port);
-  return { url: `http://127.0.0.1:${port}`, port, pids: () => [started.pid], process: started };
-}
-
-export function startUpstream(group: ProcessGroup): Promise<Service> {
-  return startBenchServer(group, 'upstream', 'bench/servers/upstream.mjs', []);
-}
-
-export function startBareProxy(group: ProcessGroup, upstreamUrl: string, profileDir: string | null): Promise<Service> {
-  return startBenchServer(group, 'bare-proxy', 'bench/servers/bare-proxy.mjs', ['--upstream', upstreamUrl], profileDir);
-}
-
-export function nginxVersion(): string | null {
-  const result = spawnSync('nginx', ['-v'], { encoding: 'utf8' });
-  return result.status === 0 ? result.stderr.trim().replace(/^nginx version: nginx\//, '') : null;
-}
-
-/** nginx (one worker) + the token-check service, both reading the run's Redis. */
-export async function startNginxPeer(group: ProcessGroup, dir: string, upstreamPort: number, redisUrl: string, keyPrefix: string): Promise<Service> {
-  const check = await startBenchServer(group, 'token-check', 'bench/peer/token-check.mjs', ['--redis', redisUrl, '--prefix', keyPrefix]);
-  const nginxDir = join(dir, 'nginx');
-  mkdirSync(nginxDir, { recursive: true });
-  const port = await freePort();
-  const confFile = join(nginxDir, 'nginx.conf');
-  writeFileSync(confFile, nginxConf({ dir: nginxDir, listenPort: port, upstreamPort, tokenCheckPort: check.port }));
-  const master = group.spawn('nginx', 'nginx', ['-p', nginxDir, '-c', confFile, '-e', join(nginxDir, 'nginx-error.log'), '-g', 'daemon off;'], {
-    stopSignal: 'SIGQUIT',
-  });
-  await waitForPort(master, port);
-  return { url: `http://127.0.0.1:${port}`, port, pids: () => [master.pid, ...childPids(master.pid), check.process.pid], process: master };
-}
-
-export type TokengateOptions = Omit<BenchConfigOptions, 'port' | 'opsPort'> & {
-  /** Extra node flags (BENCH_GATEWAY_NODE_FLAGS). */
-  nodeFlags: string[];
-};
-
-export interface TokengateService extends Service {
-  opsUrl: string;
-}
-
-/** tokengate built from this tree (dist/), serving a generated config. */
-export async function startTokengate(
+/** One of bench/'s servers: plain JavaScript on plain node, like tokengate's dist/ (no loader in the measured process). */
+export async function startNodeServer(
   group: ProcessGroup,
-  dir: string,
   name: string,
-  options: TokengateOptions,
+  placement: Placement,
+  script: string,
+  args: string[],
   profileDir: string | null = null,
-): Promise<TokengateService> {
+): Promise<Tier> {
+  const port = await freePort();
+  const started = group.spawn(name, placement, process.execPath, [...profileFlags(profileDir, name), script, '--port', String(port), ...args]);
+  await waitForPort(started, port);
+  return { name, url: `http://127.0.0.1:${port}`, port, pids: () => [started.pid], processes: [started] };
+}
+
+/** nginx `return 200` when nginx is installed (it takes the shared core little), the Node upstream otherwise. */
+export async function startUpstream(group: ProcessGroup): Promise<Tier> {
+  if (nginxVersion() === null) return startNodeServer(group, 'upstream', 'load', 'bench/servers/upstream.mjs', []);
+  const port = await freePort();
+  const started = group.spawn('upstream', 'load', 'nginx', nginxCommand(group.logDir, 'upstream', 1, upstreamHttp(port)), 'SIGQUIT');
+  await waitForPort(started, port);
+  return { name: 'nginx upstream', url: `http://127.0.0.1:${port}`, port, pids: () => withChildren(started.pid), processes: [started] };
+}
+
+export interface PeerOptions {
+  name: string;
+  placement: Placement;
+  workers: number;
+  upstreamPort: number;
+  redisUrl: string;
+  keyPrefix: string;
+  /** The check service's LRU cache lifetime; 0: a Redis read for every request. */
+  cacheSeconds: number;
+}
+
+/** nginx `auth_request` + the token-check service (bench/peer/token-check.mjs), both in the same placement. */
+export async function startNginxPeer(group: ProcessGroup, options: PeerOptions): Promise<Tier> {
+  const check = await startNodeServer(group, `${options.name}-check`, options.placement, 'bench/peer/token-check.mjs', [
+    '--redis',
+    options.redisUrl,
+    '--prefix',
+    options.keyPrefix,
+    '--cache-seconds',
+    String(options.cacheSeconds),
+  ]);
+  const port = await freePort();
+  const args = nginxCommand(group.logDir, options.name, options.workers, peerHttp(port, options.upstreamPort, check.port));
+  const nginx = group.spawn(options.name, options.placement, 'nginx', args, 'SIGQUIT');
+  await waitForPort(nginx, port);
+  const checkPid = check.processes[0]!.pid;
+  return {
+    name: options.name,
+    url: `http://127.0.0.1:${port}`,
+    port,
+    pids: () => [...withChildren(nginx.pid), checkPid],
+    processes: [nginx, ...check.processes],
+  };
+}
+
+export interface TokengateOptions {
+  name: string;
+  placement: Placement;
+  config: Omit<BenchConfigOptions, 'port' | 'opsPort'>;
+  nodeFlags: string[];
+  profileDir: string | null;
+}
+
+/** Asks `tokengate check` about a config file: null when valid, else what it said, on one line. */
+function configRefusal(file: string): string | null {
+  const result = spawnSync(process.execPath, ['dist/main.js', 'check', '--config', file], { encoding: 'utf8' });
+  return result.status === 0 ? null : (result.stderr || result.stdout).trim().replace(/\s*\n\s*/g, ' ');
+}
+
+/** tokengate built from this tree (dist/) serving a generated config; a string when `tokengate check` refuses that config. */
+export async function startTokengate(group: ProcessGroup, options: TokengateOptions): Promise<Tier | string> {
   const [port, opsPort] = [await freePort(), await freePort()];
-  const configFile = join(dir, `${name}.yaml`);
-  const { nodeFlags, ...configOptions } = options;
-  writeFileSync(configFile, tokengateConfigYaml({ ...configOptions, port, opsPort }));
-  const started = group.spawn(name, process.execPath, [...nodeFlags, ...profileFlags(profileDir, name), 'dist/main.js', 'serve', '--config', configFile]);
+  const configFile = join(group.logDir, `${options.name}.yaml`);
+  writeFileSync(configFile, tokengateConfigYaml({ ...options.config, port, opsPort }));
+  const refused = configRefusal(configFile);
+  if (refused !== null) return `tokengate check refuses ${configFile}: ${refused}`;
+  const args = [...options.nodeFlags, ...profileFlags(options.profileDir, options.name), 'dist/main.js', 'serve', '--config', configFile];
+  const started = group.spawn(options.name, options.placement, process.execPath, args);
   await waitForPort(started, port);
   await waitForPort(started, opsPort);
-  return { url: `http://127.0.0.1:${port}`, opsUrl: `http://127.0.0.1:${opsPort}`, port, pids: () => [started.pid], process: started };
+  return {
+    name: options.name,
+    url: `http://127.0.0.1:${port}`,
+    opsUrl: `http://127.0.0.1:${opsPort}`,
+    port,
+    pids: () => withChildren(started.pid),
+    processes: [started],
+  };
 }

@@ -33,10 +33,19 @@ app.route({
     const response = reply.raw;
     const hasBody = request.method !== 'GET' && request.method !== 'HEAD';
     let resume = null;
+    let abort = null;
+    // A client gone mid-answer cancels the upstream request, as tokengate does: a paused
+    // dispatch waiting for a 'drain' that never comes would hold its upstream connection forever.
+    response.on('close', () => {
+      if (!response.writableFinished) abort?.(new Error('the client closed the connection'));
+    });
     pool.dispatch(
       { path: request.raw.url, method: request.method, headers: withoutHopByHop(request.raw.rawHeaders), body: hasBody ? request.raw : null },
       {
-        onConnect() {},
+        onConnect(abortRequest) {
+          if (response.destroyed) abortRequest(new Error('the client closed the connection'));
+          else abort = abortRequest;
+        },
         onHeaders(statusCode, rawHeaders, resumeReading) {
           resume = resumeReading;
           response.writeHead(statusCode, withoutHopByHop(rawHeaders));
@@ -51,6 +60,7 @@ app.route({
           response.end();
         },
         onError() {
+          if (response.destroyed) return;
           if (response.headersSent) response.destroy();
           else response.writeHead(502).end();
         },

@@ -1,0 +1,234 @@
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { percentile } from './load.js';
+import { progress, type Bench, type Row, type Scenario } from './measure.js';
+import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
+import { residentBytes } from './proc.js';
+import type { Placement } from './processes.js';
+import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
+import { startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
+import { ME } from './tokengate-config.js';
+import { nginxVersion } from './nginx.js';
+
+/**
+ * The rows of `npm run bench`: what each starts (once, shared by the rows that measure the same
+ * server) and what it sends. bench/run.ts lists them in the order they run.
+ */
+
+const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
+const mainPid = (tier: Tier) => tier.processes[0]!.pid;
+
+/** tokengate on the run's Redis, tag key and upstream, started once per name. */
+function tokengate(bench: Bench, name: string, placement: Placement, workers?: number, started?: (tier: Tier) => Promise<void>): Promise<Tier | string> {
+  return bench.shared(name, async () => {
+    const tier = await startTokengate(bench.group, {
+      name,
+      placement,
+      config: {
+        redisUrl: bench.redis.url,
+        keyPrefix: bench.keyPrefix,
+        tokenTagKey: bench.tagKey,
+        upstreamUrl: bench.upstream.url,
+        ...(workers === undefined ? {} : { workers }),
+      },
+      nodeFlags: bench.settings.nodeFlags,
+      // One profile file per name: cluster workers would all write the same one.
+      profileDir: workers === undefined ? bench.settings.cpuProfileDir : null,
+    });
+    if (typeof tier !== 'string' && started !== undefined) await started(tier);
+    return tier;
+  });
+}
+
+/** The one-core tokengate; its RSS, read once it has settled after start, is the idle figure. */
+function oneCoreTokengate(bench: Bench): Promise<Tier | string> {
+  return tokengate(bench, 'tokengate', 'tier', undefined, async (tier) => {
+    await sleep(1000);
+    bench.results.memory.idleBytes = residentBytes(mainPid(tier));
+  });
+}
+
+function nodeTier(bench: Bench, name: string, script: string): Promise<Tier | string> {
+  return bench.shared(name, () => startNodeServer(bench.group, name, 'tier', script, ['--upstream', bench.upstream.url], bench.settings.cpuProfileDir));
+}
+
+/** nginx + the token-check service; `cacheSeconds` 0 is the Redis-GET check, more the LRU-cached one. */
+function nginxRow(id: string, title: string, placement: Placement, workers: number, cacheSeconds: number): Row {
+  return {
+    id,
+    title,
+    tier: async (bench) =>
+      nginxVersion() === null
+        ? 'nginx is not installed (apt-get install -y nginx)'
+        : bench.shared(id, () =>
+            startNginxPeer(bench.group, {
+              name: id,
+              placement,
+              workers,
+              cacheSeconds,
+              upstreamPort: bench.upstream.port,
+              redisUrl: bench.redis.url,
+              keyPrefix: bench.keyPrefix,
+            }),
+          ),
+  };
+}
+
+/** As long as tokengate keeps a token in its cache by default (cache.ttlSeconds). */
+const PEER_CACHE_SECONDS = 60;
+
+// One core: each tier alone on the tier CPU.
+
+export const direct: Row = { id: 'direct', title: 'direct to the upstream', tier: async (bench) => bench.upstream };
+
+export const floor: Row = {
+  id: 'floor',
+  title: 'floor: fastify + undici dispatch, no checks',
+  tier: (bench) => nodeTier(bench, 'floor', 'bench/servers/floor.mjs'),
+};
+
+export const bareProxy: Row = {
+  id: 'bare-proxy',
+  title: 'bare @fastify/http-proxy, no checks',
+  tier: (bench) => nodeTier(bench, 'bare-proxy', 'bench/servers/bare-proxy.mjs'),
+};
+
+export const nginxRedis = nginxRow('nginx-redis', 'nginx auth_request + Redis-GET check', 'tier', 1, 0);
+export const nginxLru = nginxRow('nginx-lru', `nginx auth_request + LRU check (${PEER_CACHE_SECONDS} s)`, 'tier', 1, PEER_CACHE_SECONDS);
+
+export const cacheHit: Row = { id: 'cache-hit', title: 'tokengate, cached token', tier: oneCoreTokengate };
+
+export const cacheMiss: Row = {
+  id: 'cache-miss',
+  title: 'tokengate, cache miss',
+  tier: oneCoreTokengate,
+  async traffic(bench, _tier, windows) {
+    const seeded = performance.now();
+    const perWindow = Math.ceil(bench.settings.missTokens / windows);
+    const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, perWindow * windows));
+    progress(`seeded ${perWindow * windows} tokens in ${((performance.now() - seeded) / 1000).toFixed(1)} s`);
+    // No warm-up sends them: the first window of this row warms up with the cached token.
+    return { request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) }, requestsPerWindow: perWindow };
+  },
+  async finish(bench, tier) {
+    const metrics = await scrapeMetrics(tier.opsUrl!);
+    bench.results.memory.cached = { tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN, bytes: residentBytes(mainPid(tier)) };
+  },
+};
+
+// Added latency: a moderate rate, where the gateway is not the bottleneck.
+
+const atRate = (row: Row): Row => ({ ...row, id: `${row.id}-at-rate`, title: `${row.title}, 2,000 req/s`, rate: 2_000, connections: 2 });
+export const directAtRate = atRate(direct);
+export const cacheHitAtRate = atRate(cacheHit);
+
+// Memory.
+
+export const soak: Row = {
+  id: 'soak',
+  title: 'tokengate, cached token, soak',
+  tier: oneCoreTokengate,
+  async traffic(bench, tier) {
+    const samples: number[] = [];
+    bench.results.memory.soak = samples;
+    return { request: bench.me, everySecond: () => samples.push(residentBytes(mainPid(tier))) };
+  },
+};
+
+export const unknownTokenFlood: Row = {
+  id: 'unknown-flood',
+  title: 'tokengate, unknown-token flood (401)',
+  tier: oneCoreTokengate,
+  async traffic(bench, tier) {
+    const next = rotation(unknownTokens(bench.minter, bench.settings.floodTokens));
+    const flood = { beforeBytes: residentBytes(mainPid(tier)), during: [] as number[], after: [] as number[] };
+    bench.results.memory.flood = flood;
+    return {
+      request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) },
+      expectedStatus: 401,
+      requestsPerWindow: bench.settings.floodTokens,
+      everySecond: () => flood.during.push(residentBytes(mainPid(tier))),
+    };
+  },
+  async finish(bench, tier) {
+    for (let second = 0; second < bench.settings.settleSeconds; second++) {
+      await sleep(1000);
+      bench.results.memory.flood!.after.push(residentBytes(mainPid(tier)));
+    }
+  },
+};
+
+// Two workers, nothing pinned but the load side: tokengate's server.workers against nginx with two worker processes.
+
+export const workersTokengate: Row = {
+  id: 'workers-tokengate',
+  title: 'tokengate, 2 workers, cached token',
+  tier: (bench) => tokengate(bench, 'tokengate-workers', 'anywhere', 2),
+};
+
+export const workersNginxRedis = nginxRow('workers-nginx-redis', 'nginx 2 workers auth_request + Redis-GET check', 'anywhere', 2, 0);
+export const workersNginxLru = nginxRow('workers-nginx-lru', 'nginx 2 workers auth_request + LRU check', 'anywhere', 2, PEER_CACHE_SECONDS);
+
+// Revocation: how soon a second sidecar refuses a token revoked through the first.
+
+export const revocation: Scenario = {
+  id: 'revocation',
+  rowIds: ['revocation'],
+  async run(bench) {
+    const first = await oneCoreTokengate(bench);
+    const second = await tokengate(bench, 'tokengate-2', 'tier');
+    if (typeof first === 'string' || typeof second === 'string') {
+      bench.results.notes.push(`revocation skipped: ${typeof first === 'string' ? first : second}`);
+      return;
+    }
+    bench.results.revocation = await measureRevocations(bench, first, second);
+    progress(`revocation: p50 ${bench.results.revocation.p50Ms.toFixed(1)} ms, p99 ${bench.results.revocation.p99Ms.toFixed(1)} ms`);
+  },
+};
+
+/**
+ * Revokes, through the first sidecar's /oauth/revoke, a token the second has cached, then asks
+ * the second until it answers 401. The delay runs from sending the revocation, so it includes
+ * the first sidecar's work, Redis and the pub/sub fan-out.
+ */
+async function measureRevocations(bench: Bench, first: Tier, second: Tier): Promise<NonNullable<Bench['results']['revocation']>> {
+  const client = await createApplication(first, 'bench web');
+  const ask = async (token: string) => {
+    const response = await fetch(`${second.url}${ME}`, { headers: bearer(token) });
+    await response.arrayBuffer();
+    return response.status;
+  };
+  const delays: number[] = [];
+  for (let i = 0; i < bench.settings.revocations; i++) {
+    const [token] = await seedUserTokens(bench.redis.store, bench.minter, 1, client.clientId);
+    if ((await ask(token!)) !== 200 || (await ask(token!)) !== 200) throw new Error('the second sidecar refused a fresh token');
+    const sent = performance.now();
+    const revoked = fetch(`${first.url}/oauth/revoke`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: client.basic },
+      body: `token=${token}&token_type_hint=access_token`,
+    });
+    while ((await ask(token!)) !== 401) {
+      if (performance.now() - sent > 5_000) throw new Error('the second sidecar still accepts a token revoked 5 s ago');
+    }
+    delays.push(performance.now() - sent);
+    const answer = await revoked;
+    if (answer.status !== 200) throw new Error(`/oauth/revoke answered ${answer.status}: ${await answer.text()}`);
+  }
+  const sorted = Float64Array.from(delays).sort();
+  return { samples: delays.length, p50Ms: percentile(sorted, 50), p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1)! };
+}
+
+/** A confidential application, created as an operator does: the admin API on the ops listener. */
+async function createApplication(tier: Tier, name: string): Promise<{ clientId: string; basic: string }> {
+  const response = await fetch(`${tier.opsUrl}/admin/applications`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ name, redirect_uris: ['http://127.0.0.1/callback'], confidential: true }),
+  });
+  const body = (await response.json()) as { client_id?: string; client_secret?: string };
+  if (response.status !== 201 || body.client_id === undefined || body.client_secret === undefined)
+    throw new Error(`the admin API answered ${response.status} to creating an application: ${JSON.stringify(body)}`);
+  const credentials = `${encodeURIComponent(body.client_id)}:${encodeURIComponent(body.client_secret)}`;
+  return { clientId: body.client_id, basic: `Basic ${Buffer.from(credentials).toString('base64')}` };
+}
