@@ -17,6 +17,8 @@ import {
   direct,
   directAtRate,
   floor,
+  forgedFlood,
+  issuance,
   nginxLru,
   nginxRedis,
   revocation,
@@ -37,6 +39,8 @@ import { ME } from './lib/tokengate-config.js';
 const SCENARIOS: Scenario[] = [
   rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, cacheHit, cacheMiss]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
+  rowsInTurns('forged', [forgedFlood]),
+  rowsInTurns('issuance', [issuance]),
   rowsInTurns('soak', [soak], (settings) => ({ rounds: 1, seconds: settings.soakSeconds })),
   rowsInTurns('unknown-flood', [unknownTokenFlood], () => ({ rounds: 1, seconds: 0 })),
   revocation,
@@ -66,7 +70,14 @@ async function main(): Promise<number> {
       : `load generator, upstream and Redis on CPU ${pinning.loadCpu}, the one-core tiers on CPU ${pinning.tierCpu}, the workers tiers unpinned`,
   );
   progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart}; ${machine.pinning}; logs in ${dir}`);
-  const results: Results = { rows: [], memory: { idleBytes: null, cached: null, soak: null, flood: null }, revocation: null, notes: [], failures: [] };
+  const results: Results = {
+    rows: [],
+    memory: { idleBytes: null, cached: null, soak: null, flood: null },
+    revocation: null,
+    forgedStoreCalls: null,
+    notes: [],
+    failures: [],
+  };
   try {
     const redis = await startRedis(group);
     const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });

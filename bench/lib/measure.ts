@@ -54,6 +54,8 @@ export interface Results {
     flood: { beforeBytes: number; during: number[]; after: number[] } | null;
   };
   revocation: { samples: number; p50Ms: number; p99Ms: number; maxMs: number } | null;
+  /** Redis commands executed while the forged-token row ran. */
+  forgedStoreCalls: number | null;
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];

@@ -1,5 +1,14 @@
 import { spawnSync } from 'node:child_process';
+import type { Redis } from 'ioredis';
 import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
+
+/** Commands Redis has executed so far (INFO commandstats), the INFO itself not counted. */
+export async function commandsExecuted(client: Redis): Promise<number> {
+  const stats = await client.info('commandstats');
+  let calls = 0;
+  for (const match of stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) if (match[1] !== 'info') calls += Number(match[2]);
+  return calls;
+}
 
 /** A throwaway Redis for the run, on the load side: its own port, no persistence, nothing else talking to it. */
 export async function startRedis(group: ProcessGroup): Promise<{ url: string; process: Started }> {

@@ -97,6 +97,7 @@ function memoryLines(results: Results): string[] {
         `settled ${megabytes(flood.after.at(-1)!)} ${flood.after.length} s after`,
     );
   const revocation = results.revocation;
+  if (results.forgedStoreCalls !== null) lines.push(`Redis commands while forged tokens were refused: ${results.forgedStoreCalls}`);
   if (revocation !== null)
     lines.push(
       `revocation seen by a second sidecar (${revocation.samples} tokens): p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,
@@ -161,6 +162,17 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
       `RSS flat under the unknown-token flood (settled within ${TOLERANCE * 100} % of before)`,
       settled === null ? NOT_MEASURED : atMost((settled / flood!.beforeBytes - 1) * 100, TOLERANCE * 100, ' %'),
     ],
+    [
+      'forged tokens: 0 store calls',
+      results.forgedStoreCalls === null ? NOT_MEASURED : { measured: `${results.forgedStoreCalls} calls`, met: results.forgedStoreCalls === 0 },
+    ],
+    [
+      'client_credentials issuance, one core: >= 5,000 tokens/s',
+      row('issuance') === undefined
+        ? NOT_MEASURED
+        : { measured: `${Math.round(row('issuance')!.load.requestsPerSecond)} tokens/s`, met: row('issuance')!.load.requestsPerSecond >= 5_000 },
+    ],
+    ['revocation seen by a second sidecar: p99 <= 50 ms', atMost(results.revocation?.p99Ms ?? null, 50, ' ms')],
   ];
 }
 

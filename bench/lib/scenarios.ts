@@ -9,6 +9,8 @@ import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
 import { ME } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
+import { commandsExecuted } from './redis.js';
+import { createTokenMinter, decodeTagKey, generateTagKey } from '../../src/token/token-value.js';
 
 /**
  * The rows of `npm run bench`: what each starts (once, shared by the rows that measure the same
@@ -121,6 +123,44 @@ export const cacheMiss: Row = {
 const atRate = (row: Row): Row => ({ ...row, id: `${row.id}-at-rate`, title: `${row.title}, 2,000 req/s`, rate: 2_000, connections: 2 });
 export const directAtRate = atRate(direct);
 export const cacheHitAtRate = atRate(cacheHit);
+
+// The issuer, and what a forger costs.
+
+export const forgedFlood: Row = {
+  id: 'forged',
+  title: 'tokengate, forged-token flood (401)',
+  tier: oneCoreTokengate,
+  async traffic(bench, tier) {
+    // Tokens of the right shape under another deployment's tag key: refused before any store call.
+    const next = rotation(unknownTokens(createTokenMinter(decodeTagKey(generateTagKey())), 10_000));
+    // The warm-up sends the run's stored token: read it into the cache now, before counting.
+    await (await fetch(`${tier.url}${ME}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
+    const before = await commandsExecuted(bench.redis.store.client);
+    bench.results.forgedStoreCalls = -before;
+    return { request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) }, expectedStatus: 401 };
+  },
+  async finish(bench) {
+    bench.results.forgedStoreCalls! += await commandsExecuted(bench.redis.store.client);
+  },
+};
+
+export const issuance: Row = {
+  id: 'issuance',
+  title: 'tokengate, client_credentials issuance (tokens/s)',
+  tier: oneCoreTokengate,
+  async traffic(_bench, tier) {
+    const client = await createApplication(tier, 'bench organizer');
+    return {
+      request: {
+        method: 'POST',
+        path: '/oauth/token',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: client.basic },
+        body: 'grant_type=client_credentials',
+      },
+      expectedStatus: 200,
+    };
+  },
+};
 
 // Memory.
 
