@@ -111,7 +111,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 
   // Ops listener: health, readiness, metrics; the admin API joins it.
   if (servesOps) {
-    await registerHealth(ops, context, options.workers);
+    await registerHealth(ops, context.store, metrics, options.workers);
     await registerAdmin(ops, context);
   }
 

@@ -2,17 +2,11 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
+import type { ConfigProblem } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { isBearerToken } from '../http/bearer.js';
 import { decodeTagKey } from '../token/token-value.js';
-
-/** One thing wrong with a config file, located by its key path (`routes[2].upstream`). */
-export interface ConfigProblem {
-  path: string;
-  message: string;
-  line?: number;
-}
 
 /** Every problem a config file has, reported at once, each naming the file and the key. */
 export class ConfigError extends Error {

@@ -1,5 +1,5 @@
 import type { GatewayConfig, RouteConfig } from './schema.js';
-import type { ConfigProblem } from './load.js';
+import type { ConfigProblem } from './problem.js';
 import { normalizePath } from '../http/path.js';
 import { isScopeToken } from '../token/scope.js';
 

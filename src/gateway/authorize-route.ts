@@ -1,4 +1,4 @@
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from '../store/verified-token.js';
 import { hasScopes } from '../token/scope.js';
 import type { RouteDenialReason } from './denials.js';
 

@@ -1,7 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
 import { extractCredential, type Credential, type CredentialSource, type ExtractionFailure } from './extract-credential.js';

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
 import type { Metrics } from '../observability/metrics.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from '../store/verified-token.js';
 import { countDenial, type Denial } from './denials.js';
 import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';

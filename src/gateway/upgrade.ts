@@ -3,7 +3,7 @@ import { request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from '../store/verified-token.js';
 import { deny } from './denials.js';
 import type { Credential } from './extract-credential.js';
 import type { ForwardTarget } from './forward.js';

@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { GatewayConfig } from '../config/schema.js';
 import { HOP_BY_HOP, namedByConnection } from '../http/hop-by-hop.js';
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from '../store/verified-token.js';
 
 /** Forwarding headers a client could forge; replaced by the gateway's own unless server.trustProxy. */
 const FORWARDING = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-prefix', 'x-real-ip'];

@@ -1,7 +1,7 @@
 import type { TokengateContext } from '../context.js';
 import { StoreUnavailableError, type AccessTokenRecord } from '../store/store.js';
 import { hasTokenShape, tokenDigest } from '../token/token-value.js';
-import { verifiedToken, type VerifiedToken } from '../token/verified-token.js';
+import { verifiedToken, type VerifiedToken } from '../store/verified-token.js';
 import type { RouteDenialReason } from './denials.js';
 
 export type VerificationFailure = Extract<RouteDenialReason, 'malformed_token' | 'forged_token' | 'unknown_token' | 'expired_token' | 'store_unavailable'>;

@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import type { TokengateContext } from '../context.js';
+import type { Metrics } from './metrics.js';
 
 /**
  * What the primary of several workers knows of them (src/serve/): the ops listener it serves
@@ -17,8 +17,14 @@ export interface WorkerReadiness {
   readonly ready: boolean;
 }
 
+/** What readiness asks of the store. */
+export interface StoreProbe {
+  readonly driver: string;
+  ping(): Promise<void>;
+}
+
 /** Liveness, readiness and the Prometheus scrape, on the ops listener. */
-export async function registerHealth(ops: FastifyInstance, context: TokengateContext, workers?: WorkerReports): Promise<void> {
+export async function registerHealth(ops: FastifyInstance, store: StoreProbe, metrics: Metrics, workers?: WorkerReports): Promise<void> {
   ops.get('/healthz', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
     return { status: 'ok' };
@@ -28,12 +34,12 @@ export async function registerHealth(ops: FastifyInstance, context: TokengateCon
   // and its own store connection answers).
   ops.get('/readyz', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
-    const driver = context.store.driver;
+    const driver = store.driver;
     try {
-      await context.store.ping();
-      context.metrics.storeUp.set(1);
+      await store.ping();
+      metrics.storeUp.set(1);
     } catch {
-      context.metrics.storeUp.set(0);
+      metrics.storeUp.set(0);
       return reply.code(503).send({ status: 'unavailable', store: driver, reason: 'store_unreachable' });
     }
     if (workers === undefined) return { status: 'ready', store: driver };
@@ -45,7 +51,7 @@ export async function registerHealth(ops: FastifyInstance, context: TokengateCon
   });
 
   ops.get('/metrics', async (_request, reply) => {
-    reply.header('content-type', context.metrics.registry.contentType);
-    return workers === undefined ? context.metrics.registry.metrics() : workers.metrics();
+    reply.header('content-type', metrics.registry.contentType);
+    return workers === undefined ? metrics.registry.metrics() : workers.metrics();
   });
 }

@@ -1,7 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { CacheConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { VerifiedToken } from '../token/verified-token.js';
+import type { VerifiedToken } from './verified-token.js';
 import {
   StoreUnavailableError,
   type AccessTokenRecord,

@@ -1,4 +1,4 @@
-import type { AccessTokenRecord } from '../store/store.js';
+import type { AccessTokenRecord } from './store.js';
 
 /**
  * An access token the gateway has verified, as every request that presents it shares it: the
