@@ -23,8 +23,9 @@ export const COMMANDS: Record<string, Command> = {
       const config = loadConfigFile(String(values.config));
       // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
       const { buildTokengate } = await import('./app.js');
-      const tokengate = await buildTokengate(config);
-      const log = tokengate.context.log;
+      const { createProcessLogger } = await import('./observability/logger.js');
+      const log = await createProcessLogger(config.logging.level);
+      const tokengate = await buildTokengate(config, { logger: log });
       for (const warning of configWarnings(config)) log.warn(warning);
       const { publicUrl, opsUrl } = await tokengate.listen();
       const issuerUrl = config.issuer.enabled ? config.issuer.issuerUrl : undefined;
