@@ -12,6 +12,7 @@ import { registerIssuer } from './issuer/index.js';
 import { registerHealth } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { noteRefusal, observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached } from './store/cached.js';
 import { openStore } from './store/open-store.js';
 import { StoreUnavailableError, type Store } from './store/store.js';
@@ -53,6 +54,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     minter: createTokenMinter(decodeTagKey(tagKey)),
     metrics,
     log,
+    requestLog: new RequestLog(config.logging.requests),
   };
 
   const app = Fastify({
@@ -73,21 +75,40 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
+    genReqId: () => randomUUID(),
     logController: new LogController({ disableRequestLogging: true }),
   });
-  for (const server of [app, ops]) {
+  for (const [server, listener] of [
+    [app, 'public'],
+    [ops, 'ops'],
+  ] as const) {
     server.setErrorHandler(renderError);
-    server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
+    // Methods no route takes (PROPFIND), and paths of the ops listener it does not serve.
+    const unrouted = new RouteRequests(metrics.requests, context.requestLog, listener, UNROUTED);
+    server.setNotFoundHandler((request, reply) => {
+      unrouted.completed(request, reply, 404, 'not_found');
+      reply.send(new TokengateError('NOT_FOUND'));
+    });
   }
 
-  // Ops listener: health, readiness, metrics; the admin API joins it.
+  // Ops listener: health, readiness, metrics; the admin API joins it, its requests counted and
+  // logged (probes and scrapes are not).
   await registerHealth(ops, context);
-  await registerAdmin(ops, context);
+  await ops.register(async function observedAdmin(scope) {
+    observeRequests(scope, 'ops', metrics, context.requestLog);
+    await registerAdmin(scope, context);
+  });
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
-  // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
-  if (config.issuer.enabled) await registerAuthorization(app, context);
-  if (config.issuer.enabled) await registerIssuer(app, context);
+  // registers as its own encapsulated plugin, so its parsers and hooks stay its own. The gateway
+  // counts and logs its own requests (most of them it answers outside fastify's reply).
+  if (config.issuer.enabled) {
+    await app.register(async function observedIssuer(scope) {
+      observeRequests(scope, 'public', metrics, context.requestLog);
+      await registerAuthorization(scope, context);
+      await registerIssuer(scope, context);
+    });
+  }
   await registerGateway(app, context);
 
   let closed = false;
@@ -129,10 +150,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
 function renderError(error: Error & { statusCode?: number; code?: string }, request: FastifyRequest, reply: FastifyReply) {
   let failure: TokengateError;
   if (isTokengateError(error)) failure = error;
-  else if (error instanceof StoreUnavailableError) {
-    request.log.warn({ err: error.message }, 'token store unavailable');
-    failure = new TokengateError('STORE_UNAVAILABLE');
-  } else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
+  else if (error instanceof StoreUnavailableError) failure = new TokengateError('STORE_UNAVAILABLE');
+  else if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE') failure = new TokengateError('BODY_TOO_LARGE');
   else if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') failure = new TokengateError('UNSUPPORTED_MEDIA_TYPE');
   else if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
     failure = new TokengateError('INVALID_REQUEST', { description: publicClientErrorMessage(error) });
@@ -141,6 +160,7 @@ function renderError(error: Error & { statusCode?: number; code?: string }, requ
     failure = new TokengateError('INTERNAL');
   }
   if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+  noteRefusal(request, failure.code.toLowerCase());
   if (failure.headers !== undefined) reply.headers(failure.headers);
   reply.code(failure.status).header('cache-control', 'no-store').send(failure.toBody());
 }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { Metrics } from './observability/metrics.js';
+import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
 import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
@@ -15,4 +16,6 @@ export interface TokengateContext {
   readonly minter: TokenMinter;
   readonly metrics: Metrics;
   readonly log: Logger;
+  /** Which completed requests get an access log line (`logging.requests`). */
+  readonly requestLog: RequestLog;
 }

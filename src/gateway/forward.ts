@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Pool, type Dispatcher } from 'undici';
 import type { Metrics } from '../observability/metrics.js';
+import { CLIENT_CLOSED, UpstreamDurations, type RouteRequests } from '../observability/requests.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import type { VerifiedToken } from '../token/verified-token.js';
 import { countDenial, type Denial } from './denials.js';
@@ -19,6 +20,8 @@ export interface ForwardTarget {
   readonly timeoutMs: number;
   readonly forwarded: CounterSlot;
   readonly duration: HistogramSlot;
+  readonly upstreamDuration: UpstreamDurations;
+  readonly requests: RouteRequests;
   readonly unreachable: Denial;
   readonly timedOut: Denial;
 }
@@ -54,7 +57,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     return pool;
   };
 
-  const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials }) => {
+  const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials, requests }) => {
     const url = new URL(upstream);
     return {
       url,
@@ -62,6 +65,8 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       timeoutMs: route.timeoutMs,
       forwarded: metrics.gatewayRequests.labels(label, 'forwarded', 'ok'),
       duration: metrics.gatewayDuration.labels(label),
+      upstreamDuration: new UpstreamDurations(metrics.upstreamDuration, label),
+      requests,
       unreachable: denials.upstream_unreachable,
       timedOut: denials.upstream_timeout,
     };
@@ -85,7 +90,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const handler = new ForwardHandler(request, reply, target, rules, requestIdHeader);
+    const handler = new ForwardHandler(request, reply, target, token, rules, requestIdHeader);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a removal.
     response.on('close', () => handler.clientClosed());
     target.pool.dispatch(
@@ -140,11 +145,15 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   private resume: (() => void) | null = null;
   private clientGone = false;
   private readonly response: ServerResponse;
+  /** The status the upstream answered with, once it has. */
+  private status = 0;
+  private readonly sentAt = performance.now();
 
   constructor(
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly target: ForwardTarget,
+    private readonly token: VerifiedToken,
     private readonly rules: HeaderRules,
     private readonly requestIdHeader: string,
   ) {
@@ -167,8 +176,10 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     // Informational answers (102, 103) are not relayed: the client gets the final one.
     if (statusCode < 200) return true;
     this.resume = resume;
+    this.status = statusCode;
     this.target.forwarded.inc();
     this.target.duration.observe(this.reply.elapsedTime / 1000);
+    this.target.upstreamDuration.observe(statusCode, (performance.now() - this.sentAt) / 1000);
     this.response.writeHead(statusCode, this.rules.response(rawHeaders, this.request.id));
     return true;
   }
@@ -181,22 +192,35 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     this.response.end();
+    this.target.requests.completed(this.request, this.reply, this.status, undefined, this.token);
   }
 
   onError(error: Error & { code?: string }): void {
     const response = this.response;
-    if (this.clientGone || response.destroyed) return;
-    // Mid-body, or the client's own body failed: nothing true can be said any more, so the
-    // connection is cut (the client sees a truncated response, never a second status line).
-    if (response.headersSent || this.request.raw.destroyed) {
+    const sent = response.headersSent ? response.statusCode : CLIENT_CLOSED;
+    if (this.clientGone || response.destroyed || this.request.raw.destroyed) {
+      // The client left, or its own body failed: cut what is left (a client still there sees a
+      // truncated response, never a second status line).
       response.destroy();
+      this.target.requests.completed(this.request, this.reply, sent, undefined, this.token);
+      return;
+    }
+    if (response.headersSent) {
+      // The upstream failed mid-body: nothing true can be said any more, so the connection is cut.
+      response.destroy();
+      this.target.requests.completed(this.request, this.reply, sent, undefined, this.token, failureCode(error));
       return;
     }
     const denial = error.code === 'UND_ERR_HEADERS_TIMEOUT' ? this.target.timedOut : this.target.unreachable;
-    countDenial(this.request, denial, this.reply.elapsedTime);
     response.writeHead(denial.status, { ...denial.headers, [this.requestIdHeader]: this.request.id });
     response.end(denial.body);
+    countDenial(this.request, this.reply, denial, failureCode(error));
   }
+}
+
+/** What the access log says of an upstream failure: its code (ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT), never a stack. */
+function failureCode(error: Error & { code?: string }): string {
+  return error.code ?? error.name;
 }
 
 class ClientGoneError extends Error {

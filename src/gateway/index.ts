@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ROUTE_METHODS } from '../config/routes.js';
 import type { TokengateContext } from '../context.js';
+import { RouteRequests } from '../observability/requests.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
 import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
@@ -20,7 +21,12 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
     const rules = compileHeaderRules(gateway, server.trustProxy);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
-    const table = compileRouteTable(context.config, context.metrics, forwarder.createTarget);
+    const table = compileRouteTable(
+      context.config,
+      context.metrics,
+      forwarder.createTarget,
+      (label) => new RouteRequests(context.metrics.requests, context.requestLog, 'public', label),
+    );
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
     scope.addHook('onClose', () => forwarder.close());
 
