@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
-import type { Config } from './config/schema.js';
+import { ConfigError, type ConfigProblem } from './config/load.js';
+import { changedSections, configHash, effectiveConfig, restartKeys, type ReloadOutcome } from './config/reload.js';
+import { checkRoutes } from './config/routes.js';
+import type { CacheConfig, Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
 import { TokengateError, isTokengateError, rawErrorResponse } from './errors.js';
@@ -13,7 +16,7 @@ import { registerHealth } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { noteRefusal, observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
-import { cached } from './store/cached.js';
+import { cached, type CachedStore } from './store/cached.js';
 import { openStore } from './store/open-store.js';
 import { StoreUnavailableError, type Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
@@ -32,6 +35,14 @@ export interface Tokengate {
   readonly ops: FastifyInstance;
   /** Binds both listeners as configured; resolves with their URLs. */
   listen(): Promise<{ publicUrl: string; opsUrl: string }>;
+  /**
+   * Applies a new config between two requests: `load` reads and validates it whole (a
+   * ConfigError it throws, or a route the running issuer overlaps, keeps the running config, and
+   * every problem is logged). Routes, cache and logging settings are swapped in; requests in
+   * flight finish on the routes they matched. Changed keys that need a restart are logged by
+   * name and keep their running values. Counted in tokengate_config_reloads_total.
+   */
+  reload(load: () => Readonly<Config>): ReloadOutcome;
   /** Stops accepting, lets in-flight requests finish, closes the store. */
   close(): Promise<void>;
 }
@@ -46,7 +57,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const ownsStore = options.store === undefined;
   const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
   const metrics = createMetrics();
-  const cache = config.cache.enabled ? cached(store, config.cache, metrics) : null;
+  const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled ? cached(store, settings, metrics) : null);
+  const cache = cacheOf(config.cache);
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -56,6 +68,11 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     log,
     requestLog: new RequestLog(config.logging.requests),
   };
+  // Caches replaced by a reload, stopping (close() waits for them).
+  const stoppingCaches: Array<Promise<void>> = [];
+  let hash = configHash(config);
+  metrics.configInfo.set({ hash }, 1);
+  for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
 
   const app = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'public' })),
@@ -109,13 +126,54 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       await registerIssuer(scope, context);
     });
   }
-  await registerGateway(app, context);
-
+  const gatewayRoutes = await registerGateway(app, context);
   let closed = false;
+
+  function reload(load: () => Readonly<Config>): ReloadOutcome {
+    const running = context.config;
+    const loaded = closed ? { problems: [{ path: '', message: 'tokengate is shutting down' }] } : loadForReload(load, running);
+    if (!('config' in loaded)) {
+      metrics.configReloads.inc({ result: 'failure' });
+      log.error({ file: loaded.file, problems: loaded.problems }, 'config reload failed: the running config stays');
+      return { result: 'failure', problems: loaded.problems, applied: [], restartRequired: [], hash };
+    }
+    const next = loaded.config;
+    const applied = changedSections(running, next);
+    const restartRequired = restartKeys(running, next);
+    const effective = effectiveConfig(running, next);
+    // Everything below is synchronous: no request sees half of it.
+    if (applied.includes('routes')) gatewayRoutes.replace(effective);
+    if (applied.includes('cache')) {
+      const previous = context.cache;
+      context.cache = cacheOf(effective.cache);
+      context.store = context.cache ?? store;
+      if (previous !== null) stoppingCaches.push(previous.stop());
+    }
+    if (effective.logging.level !== running.logging.level) {
+      // Each listener logs through its own child, which its requests' loggers copy the level from.
+      for (const logger of [log, app.log, ops.log]) logger.level = effective.logging.level;
+    }
+    context.requestLog.configure(effective.logging.requests);
+    context.config = effective;
+    const previousHash = hash;
+    hash = configHash(effective);
+    if (hash !== previousHash) {
+      metrics.configInfo.reset();
+      metrics.configInfo.set({ hash }, 1);
+    }
+    metrics.configReloads.inc({ result: 'success' });
+    log.info({ hash, applied, routes: effective.routes.length }, applied.length > 0 ? 'config reloaded' : 'config reloaded: nothing to apply');
+    if (restartRequired.length > 0) {
+      log.warn({ keys: restartRequired }, 'config keys changed that take effect only on restart; they keep their running values');
+    }
+    return { result: 'success', problems: [], applied, restartRequired, hash };
+  }
+
   return {
     context,
     app,
     ops,
+    reload,
     async listen() {
       const publicUrl = await app.listen({ host: config.server.host, port: config.server.port });
       const opsUrl = await ops.listen({ host: config.admin.host, port: config.admin.port });
@@ -136,10 +194,25 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
-      await cache?.stop();
+      await context.cache?.stop();
+      await Promise.all(stoppingCaches);
       if (ownsStore) await store.close();
     },
   };
+}
+
+/** The new config, validated whole, or every problem it has (and the file it came from). */
+function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>): { config: Readonly<Config> } | { problems: ConfigProblem[]; file?: string } {
+  let config: Readonly<Config>;
+  try {
+    config = load();
+  } catch (error) {
+    if (error instanceof ConfigError) return { problems: error.problems, file: error.file };
+    return { problems: [{ path: '', message: (error as Error).message }] };
+  }
+  // The file's routes were checked against its own issuer.enabled; they meet the running issuer.
+  const problems = checkRoutes(config.routes, { issuerEnabled: running.issuer.enabled });
+  return problems.length > 0 ? { problems } : { config };
 }
 
 /**

@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
 import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { watchConfig } from './config/watch.js';
 import { configWarnings } from './config/warnings.js';
 import { StartupError } from './store/open-store.js';
 
@@ -20,7 +21,8 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'tokengate serve [--config FILE]',
     options: configOption,
     async run(values) {
-      const config = loadConfigFile(String(values.config));
+      const file = String(values.config);
+      const config = loadConfigFile(file);
       // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
       const { buildTokengate } = await import('./app.js');
       const { createProcessLogger } = await import('./observability/logger.js');
@@ -30,6 +32,14 @@ export const COMMANDS: Record<string, Command> = {
       const { publicUrl, opsUrl } = await tokengate.listen();
       const issuerUrl = config.issuer.enabled ? config.issuer.issuerUrl : undefined;
       log.info({ publicUrl, opsUrl, issuerUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
+      const stopWatching = watchConfig(
+        file,
+        (trigger) => {
+          log.info({ trigger, file }, 'reloading the config');
+          tokengate.reload(() => loadConfigFile(file));
+        },
+        { onError: (error) => log.warn({ file, error: error.message }, 'cannot watch the config file for changes; SIGHUP still reloads it') },
+      );
       await new Promise<void>((resolve) => {
         const stop = (signal: NodeJS.Signals) => {
           log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
@@ -46,6 +56,7 @@ export const COMMANDS: Record<string, Command> = {
         process.once('SIGTERM', stop);
         process.once('SIGINT', stop);
       });
+      stopWatching();
       log.info('tokengate stopped');
       return 0;
     },

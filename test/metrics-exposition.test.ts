@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../src/config/load.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { basicAuthorization, postForm, registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { readDocument } from './support/markdown.js';
@@ -17,6 +18,7 @@ let running: RunningTokengate;
 let upstream: Upstream;
 let families: Map<string, string>;
 let samples: Sample[];
+let reloadedHash: string;
 
 /** Paths no route and no endpoint knows, each different: none may become a label value. */
 const strayPaths = Array.from({ length: 20 }, () => `/stray-${randomBytes(6).toString('hex')}`);
@@ -67,6 +69,12 @@ beforeAll(async () => {
   expect((await fetch(`${running.opsUrl}/admin/applications`, { headers: admin })).status).toBe(200);
   expect((await fetch(`${running.opsUrl}/admin/applications/${randomBytes(8).toString('hex')}`, { method: 'DELETE', headers: admin })).status).toBe(404);
   expect((await fetch(`${running.opsUrl}/admin/users`)).status).toBe(401);
+  // One reload that applies, one that cannot.
+  const config = running.tokengate.context.config;
+  const reloaded = running.tokengate.reload(() => parseConfig(JSON.stringify({ ...config, cache: { ...config.cache, ttlSeconds: 30 } }), 'reloaded', {}));
+  expect(reloaded.result).toBe('success');
+  reloadedHash = reloaded.hash;
+  expect(running.tokengate.reload(() => parseConfig('server: [', 'broken', {})).result).toBe('failure');
 
   const response = await fetch(`${running.opsUrl}/metrics`);
   expect(response.status).toBe(200);
@@ -124,6 +132,16 @@ describe('/metrics after traffic', () => {
     );
     expect(buckets.find((sample) => sample.labels.le === '+Inf')?.value).toBe(4);
     expect(series('tokengate_upstream_request_duration_seconds_sum')['route=/api/public/me,status_class=2xx']).toBeGreaterThan(0);
+  });
+
+  it('counts config reloads by result, and shows the hash of the config in effect as one series', () => {
+    expect(families.get('tokengate_config_reloads_total')).toBe('counter');
+    expect(series('tokengate_config_reloads_total')).toEqual({ 'result=success': 1, 'result=failure': 1 });
+    expect(families.get('tokengate_config_info')).toBe('gauge');
+    expect(samples.filter((sample) => sample.name === 'tokengate_config_info')).toEqual([
+      { name: 'tokengate_config_info', labels: { hash: reloadedHash }, value: 1 },
+    ]);
+    expect(reloadedHash).toMatch(/^[0-9a-f]{16}$/);
   });
 
   it('takes every label value from a bounded set, whatever paths and methods the requests had', () => {

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { Pool, type Dispatcher } from 'undici';
+import type { RouteConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import { CLIENT_CLOSED, UpstreamDurations, type RouteRequests } from '../observability/requests.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
@@ -14,7 +15,7 @@ import type { HeaderRules } from './upstream-headers.js';
 export interface ForwardTarget {
   /** `http://host:port`: the request path is appended as is. */
   readonly url: URL;
-  /** The keep-alive connections to this origin, shared by every route that forwards there. */
+  /** The keep-alive connections to this origin, shared by every route that forwards there; closed once no route does. */
   readonly pool: Pool;
   /** How long the upstream has to send its response head, and then each part of its body. */
   readonly timeoutMs: number;
@@ -30,6 +31,12 @@ export interface Forwarder {
   readonly createTarget: TargetFactory<ForwardTarget>;
   /** Sends the checked request to the target and streams the answer back; the reply is the forwarder's from here on. */
   forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, token: VerifiedToken): void;
+  /**
+   * After a reload: closes the pools of the origins `routes` no longer forward to, each once its
+   * requests are done. A request that matched an old route and was still being checked meanwhile
+   * is forwarded on a connection of its own.
+   */
+  retainOnly(routes: readonly RouteConfig[]): void;
   /** Closes every upstream connection once its request is done. */
   close(): Promise<void>;
 }
@@ -48,6 +55,11 @@ const CONNECTIONS_PER_UPSTREAM = 128;
  */
 export function createForwarder(rules: HeaderRules, requestIdHeader: string, metrics: Metrics): Forwarder {
   const pools = new Map<string, Pool>();
+  const closing = new Set<Promise<void>>();
+  const retire = (pool: Pool): void => {
+    const closed = pool.close().finally(() => closing.delete(closed));
+    closing.add(closed);
+  };
   const poolFor = (url: URL): Pool => {
     let pool = pools.get(url.origin);
     if (pool === undefined) {
@@ -93,26 +105,49 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     const handler = new ForwardHandler(request, reply, target, token, rules, requestIdHeader);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a removal.
     response.on('close', () => handler.clientClosed());
-    target.pool.dispatch(
-      {
-        path: credential.query === '' ? path : `${path}?${credential.query}`,
-        method,
-        headers: rules.request(raw, token, request.id, bodyLength),
-        body,
-        headersTimeout: target.timeoutMs,
-        bodyTimeout: target.timeoutMs,
-      },
-      handler,
-    );
+    const options: Dispatcher.DispatchOptions = {
+      path: credential.query === '' ? path : `${path}?${credential.query}`,
+      method,
+      headers: rules.request(raw, token, request.id, bodyLength),
+      body,
+      headersTimeout: target.timeoutMs,
+      bodyTimeout: target.timeoutMs,
+    };
+    if (!target.pool.closed) {
+      target.pool.dispatch(options, handler);
+    } else {
+      // The route was matched before a reload retired its upstream's pool: a pool of its own, closed once this request is done.
+      const own = new Pool(target.url.origin, { connections: 1 });
+      own.dispatch(options, handler);
+      retire(own);
+    }
   }
 
   return {
     createTarget,
     forward,
+    retainOnly(routes) {
+      const origins = upstreamOrigins(routes);
+      for (const [origin, pool] of pools) {
+        if (origins.has(origin)) continue;
+        pools.delete(origin);
+        retire(pool);
+      }
+    },
     async close() {
-      await Promise.all([...pools.values()].map((pool) => pool.close()));
+      await Promise.all([...[...pools.values()].map((pool) => pool.close()), ...closing]);
     },
   };
+}
+
+function upstreamOrigins(routes: readonly RouteConfig[]): Set<string> {
+  const origins = new Set<string>();
+  for (const route of routes) {
+    for (const upstream of [route.upstream, route.upstreams?.user, route.upstreams?.application]) {
+      if (upstream !== undefined) origins.add(new URL(upstream).origin);
+    }
+  }
+  return origins;
 }
 
 function hasBody(request: IncomingMessage): boolean {

@@ -44,6 +44,20 @@ export function createMetrics() {
       RESPONSE_TIME_BUCKETS,
       registry,
     ),
+    configReloads: new Counter({
+      name: 'tokengate_config_reloads_total',
+      help: 'Config reloads (SIGHUP or a change of the file), by result: success, or failure (the running config stays).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+    configInfo: new Gauge({
+      name: 'tokengate_config_info',
+      help: 'Always 1; its hash label identifies the config in effect (secrets left out).',
+      labelNames: ['hash'] as const,
+      // Workers of one process load the same file: their series is one, not one per worker.
+      aggregator: 'max',
+      registers,
+    }),
     cacheHits: new SlotCounter('tokengate_cache_hits_total', 'Token lookups answered from the in-process cache with a valid token.', [], registry),
     cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
     cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),
