@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { connect } from 'node:net';
+import { createServer, request as httpRequest, type Server } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
+import { APPLICATION_TOKEN, closeServer, startUpstream, type Upstream } from './support/gateway.js';
 import { basicAuthorization, postForm, registerApplication, startTokengate, type RunningTokengate, type StartOptions } from './support/instance.js';
 import { accessLines, captureLog, type CapturedLog } from './support/log.js';
 import { freePort } from './support/ports.js';
@@ -15,6 +17,9 @@ import { eventually } from './support/wait.js';
 const ADMIN_TOKEN = `admin-${randomBytes(16).toString('hex')}`;
 let upstream: Upstream;
 let deadUpstream: string;
+/** Accepts WebSocket handshakes on /api/public/ws/accept, declines them (403) elsewhere. */
+let upgrades: Server;
+const tunnels = new Set<Duplex>();
 
 beforeAll(async () => {
   // /cut answers a head and part of a body, then drops the connection; /slow never answers.
@@ -29,8 +34,21 @@ beforeAll(async () => {
     }
   });
   deadUpstream = `http://127.0.0.1:${await freePort()}`;
+  upgrades = createServer();
+  upgrades.on('upgrade', (request, socket) => {
+    tunnels.add(socket);
+    socket.on('error', () => {});
+    if (request.url === '/api/public/ws/accept') socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    else socket.end('HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  });
+  await new Promise<void>((resolve) => upgrades.listen(0, '127.0.0.1', resolve));
 });
-afterAll(() => upstream?.close());
+afterAll(async () => {
+  await upstream?.close();
+  // Upgraded sockets are no longer the server's: they are ended here.
+  for (const socket of tunnels) socket.destroy();
+  if (upgrades !== undefined) await closeServer(upgrades);
+});
 
 async function loggingTokengate(log: CapturedLog, logging: Record<string, string> = {}, options: StartOptions = {}): Promise<RunningTokengate> {
   return startTokengate('access-log', {
@@ -42,6 +60,7 @@ async function loggingTokengate(log: CapturedLog, logging: Record<string, string
         { path: '/api/public/me', upstream: upstream.url },
         { path: '/api/public/tickets', upstream: deadUpstream },
         { path: '/api/public/events', token: 'application', upstream: upstream.url },
+        { path: '/api/public/ws', upstream: `http://127.0.0.1:${(upgrades.address() as AddressInfo).port}` },
       ],
       ...(Object.keys(logging).length > 0 ? { logging: { level: 'silent', ...logging } } : {}),
     },
@@ -152,6 +171,49 @@ describe('with logging.requests: all', () => {
     socket.destroy();
     await eventually(() => accessLines(log).length >= 1);
     expect(accessLines(log)).toEqual([expect.objectContaining({ level: 30, route: '/api/public/me', status: 499, tokenKind: 'user' })]);
+  });
+
+  it('writes a WebSocket handshake when the tunnel opens (101), or with the answer of an upstream that declines it', async () => {
+    log.lines.length = 0;
+    const user = await running.issue();
+    const handshake = (path: string) =>
+      new Promise<number>((resolve, reject) => {
+        const outgoing = httpRequest({
+          port: running.port,
+          host: '127.0.0.1',
+          path,
+          headers: {
+            ...bearer(user),
+            connection: 'Upgrade',
+            upgrade: 'websocket',
+            'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+            'sec-websocket-version': '13',
+          },
+        });
+        outgoing.on('upgrade', (response, socket) => {
+          socket.destroy();
+          resolve(response.statusCode!);
+        });
+        outgoing.on('response', (response) => {
+          response.resume();
+          resolve(response.statusCode!);
+        });
+        outgoing.on('error', reject);
+        outgoing.end();
+      });
+    expect(await handshake('/api/public/ws/accept')).toBe(101);
+    expect(await handshake('/api/public/ws/decline')).toBe(403);
+    await eventually(() => accessLines(log).length >= 2);
+    expect(accessLines(log)).toEqual([
+      expect.objectContaining({ level: 30, route: '/api/public/ws', method: 'GET', status: 101, tokenKind: 'user', clientId: 'client-web' }),
+      expect.objectContaining({ level: 30, route: '/api/public/ws', method: 'GET', status: 403, tokenKind: 'user' }),
+    ]);
+    const timed = await running.tokengate.context.metrics.upstreamDuration.get();
+    const counts = timed.values.filter((value) => value.metricName?.endsWith('_count') && value.labels.route === '/api/public/ws');
+    expect(counts.map((value) => [value.labels.status_class, value.value])).toEqual([
+      ['1xx', 1],
+      ['4xx', 1],
+    ]);
   });
 
   it('never writes a token, client secret, admin token, password, code or cookie', async () => {

@@ -73,11 +73,12 @@ export function handleUpgrades(scope: FastifyInstance, rules: HeaderRules, reque
       agent: false,
       timeout: target.timeoutMs,
     });
-    const sentAt = performance.now();
+    const sentAfterMs = reply.elapsedTime;
     const answered = (status: number) => {
+      const elapsedMs = reply.elapsedTime;
       target.forwarded.inc();
-      target.duration.observe(reply.elapsedTime / 1000);
-      target.upstreamDuration.observe(status, (performance.now() - sentAt) / 1000);
+      target.duration.observe(elapsedMs / 1000);
+      target.upstreamDuration.observe(status, (elapsedMs - sentAfterMs) / 1000);
     };
     outgoing.on('upgrade', (response: IncomingMessage, upstream: Socket, upstreamHead: Buffer) => {
       reply.hijack();
