@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { Config } from './config/schema.js';
+import { ConfigError } from './config/load.js';
+import type { ConfigProblem } from './config/problem.js';
+import { changedSections, configHash, effectiveConfig, restartKeys, type ReloadOutcome } from './config/reload.js';
+import { checkRoutes } from './config/routes.js';
+import type { CacheConfig, Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
 import { jsonErrorHandler, TokengateError } from './errors.js';
@@ -12,7 +16,8 @@ import { registerIssuer } from './issuer/index.js';
 import { registerHealth, type WorkerReports } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
-import { cached } from './store/cached.js';
+import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
+import { cached, type CachedStore } from './store/cached.js';
 import { openStore } from './store/open-store.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
@@ -38,6 +43,14 @@ export interface Tokengate {
   readonly ops: FastifyInstance;
   /** Binds the listeners it serves as configured; resolves with their URLs ('' for one it does not serve). */
   listen(): Promise<{ publicUrl: string; opsUrl: string }>;
+  /**
+   * Applies a new config between two requests: `load` reads and validates it whole (a
+   * ConfigError it throws, or a route the running issuer overlaps, keeps the running config, and
+   * every problem is logged). Routes, cache and logging settings are swapped in; requests in
+   * flight finish on the routes they matched. Changed keys that need a restart are logged by
+   * name and keep their running values. Counted in tokengate_config_reloads_total.
+   */
+  reload(load: () => Readonly<Config>): ReloadOutcome;
   /** Stops accepting, lets in-flight requests finish, closes the store. */
   close(): Promise<void>;
 }
@@ -58,7 +71,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
   metrics.storeUp.set(1);
   // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
-  const cache = config.cache.enabled && servesPublic ? cached(store, config.cache, metrics) : null;
+  const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
+  const cache = cacheOf(config.cache);
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -66,7 +80,13 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     minter: createTokenMinter(decodeTagKey(tagKey)),
     metrics,
     log,
+    requestLog: new RequestLog(config.logging.requests),
   };
+  // Caches replaced by a reload, stopping (close() waits for them).
+  const stoppingCaches: Array<Promise<void>> = [];
+  let hash = configHash(config);
+  metrics.configInfo.set({ hash }, 1);
+  for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
 
   const publicLimits = createListenerGuard(
     'public',
@@ -99,35 +119,93 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
+    genReqId: () => randomUUID(),
     logController: new LogController({ disableRequestLogging: true }),
     ...opsLimits.serverOptions(),
   });
   publicLimits.attach(app);
   opsLimits.attach(ops);
-  for (const server of [app, ops]) {
+  for (const [server, listener] of [
+    [app, 'public'],
+    [ops, 'ops'],
+  ] as const) {
     server.setErrorHandler(jsonErrorHandler());
-    server.setNotFoundHandler((_request, reply) => reply.send(new TokengateError('NOT_FOUND')));
+    // Methods no route takes (PROPFIND), and paths of the ops listener it does not serve.
+    const unrouted = new RouteRequests(metrics.requests, context.requestLog, listener, UNROUTED);
+    server.setNotFoundHandler((request, reply) => {
+      unrouted.completed(request, reply, 404, 'not_found');
+      void reply.send(new TokengateError('NOT_FOUND'));
+    });
   }
 
-  // Ops listener: health, readiness, metrics; the admin API joins it.
+  // Ops listener: health, readiness, metrics; the admin API joins it, its requests counted and
+  // logged (probes and scrapes are not).
   if (servesOps) {
     await registerHealth(ops, context.store, metrics, options.workers);
-    await registerAdmin(ops, context);
+    await ops.register(async function observedAdmin(scope) {
+      observeRequests(scope, 'ops', metrics, context.requestLog);
+      await registerAdmin(scope, context);
+    });
   }
 
   // Public listener: the issuer's endpoints and pages, then the gateway's routes. Each part
-  // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
-  if (servesPublic) {
-    if (config.issuer.enabled) await registerAuthorization(app, context);
-    if (config.issuer.enabled) await registerIssuer(app, context);
-    await registerGateway(app, context);
+  // registers as its own encapsulated plugin, so its parsers and hooks stay its own. The gateway
+  // counts and logs its own requests (most of them it answers outside fastify's reply).
+  if (servesPublic && config.issuer.enabled) {
+    await app.register(async function observedIssuer(scope) {
+      observeRequests(scope, 'public', metrics, context.requestLog);
+      await registerAuthorization(scope, context);
+      await registerIssuer(scope, context);
+    });
+  }
+  const gatewayRoutes = servesPublic ? await registerGateway(app, context) : null;
+  let closed = false;
+
+  function reload(load: () => Readonly<Config>): ReloadOutcome {
+    const running = context.config;
+    const loaded = closed ? { problems: [{ path: '', message: 'tokengate is shutting down' }] } : loadForReload(load, running);
+    if (!('config' in loaded)) {
+      metrics.configReloads.inc({ result: 'failure' });
+      log.error({ file: loaded.file, problems: loaded.problems }, 'config reload failed: the running config stays');
+      return { result: 'failure', problems: loaded.problems, applied: [], restartRequired: [], hash };
+    }
+    const next = loaded.config;
+    const applied = changedSections(running, next);
+    const restartRequired = restartKeys(running, next);
+    const effective = effectiveConfig(running, next);
+    // Everything below is synchronous: no request sees half of it.
+    if (applied.includes('routes')) gatewayRoutes?.replace(effective);
+    if (applied.includes('cache')) {
+      const previous = context.cache;
+      context.cache = cacheOf(effective.cache);
+      context.store = context.cache ?? store;
+      if (previous !== null) stoppingCaches.push(previous.stop());
+    }
+    if (effective.logging.level !== running.logging.level) {
+      // Each listener logs through its own child, which its requests' loggers copy the level from.
+      for (const logger of [log, app.log, ops.log]) logger.level = effective.logging.level;
+    }
+    context.requestLog.configure(effective.logging.requests);
+    context.config = effective;
+    const previousHash = hash;
+    hash = configHash(effective);
+    if (hash !== previousHash) {
+      metrics.configInfo.reset();
+      metrics.configInfo.set({ hash }, 1);
+    }
+    metrics.configReloads.inc({ result: 'success' });
+    log.info({ hash, applied, routes: effective.routes.length }, applied.length > 0 ? 'config reloaded' : 'config reloaded: nothing to apply');
+    if (restartRequired.length > 0) {
+      log.warn({ keys: restartRequired }, 'config keys changed that take effect only on restart; they keep their running values');
+    }
+    return { result: 'success', problems: [], applied, restartRequired, hash };
   }
 
-  let closed = false;
   return {
     context,
     app,
     ops,
+    reload,
     async listen() {
       const publicUrl = servesPublic ? await app.listen({ host: config.server.host, port: config.server.port }) : '';
       const opsUrl = servesOps ? await ops.listen({ host: config.admin.host, port: config.admin.port }) : '';
@@ -148,10 +226,25 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
-      await cache?.stop();
+      await context.cache?.stop();
+      await Promise.all(stoppingCaches);
       if (ownsStore) await store.close();
     },
   };
+}
+
+/** The new config, validated whole, or every problem it has (and the file it came from). */
+function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>): { config: Readonly<Config> } | { problems: ConfigProblem[]; file?: string } {
+  let config: Readonly<Config>;
+  try {
+    config = load();
+  } catch (error) {
+    if (error instanceof ConfigError) return { problems: error.problems, file: error.file };
+    return { problems: [{ path: '', message: (error as Error).message }] };
+  }
+  // The file's routes were checked against its own issuer.enabled; they meet the running issuer.
+  const problems = checkRoutes(config.routes, { issuerEnabled: running.issuer.enabled });
+  return problems.length > 0 ? { problems } : { config };
 }
 
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */

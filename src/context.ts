@@ -1,18 +1,26 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { Metrics } from './observability/metrics.js';
+import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
 import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
 
-/** What every part of one tokengate instance shares: built once by buildTokengate(). */
+/**
+ * What every part of one tokengate instance shares: built once by buildTokengate(). A reload
+ * (Tokengate.reload) replaces `config`, `store` and `cache` whole, between two requests; read
+ * them when they are needed, not once at start.
+ */
 export interface TokengateContext {
-  readonly config: Readonly<Config>;
+  /** The config in effect: the routes, cache and logging settings of the last reload, the rest as started. */
+  config: Readonly<Config>;
   /** The store as the gateway should read it (the cached wrapper when the cache is on). */
-  readonly store: Store;
+  store: Store;
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
-  readonly cache: CachedStore | null;
+  cache: CachedStore | null;
   readonly minter: TokenMinter;
   readonly metrics: Metrics;
   readonly log: Logger;
+  /** Which completed requests get an access log line (`logging.requests`). */
+  readonly requestLog: RequestLog;
 }

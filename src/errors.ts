@@ -1,5 +1,5 @@
 import { STATUS_CODES } from 'node:http';
-import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 
 /**
  * Every error tokengate answers with, in one table. Each entry has a stable `code` (the key),
@@ -184,15 +184,24 @@ function clientErrorDescription(code: string | undefined): string {
   }
 }
 
+/** The failure each request was answered with, for its access log line. */
+const answered = new WeakMap<FastifyRequest, TokengateError>();
+
+/** The failure `request` was answered with by an error handler, if it was. */
+export function failureOf(request: FastifyRequest): TokengateError | undefined {
+  return answered.get(request);
+}
+
 /**
- * How a failure is logged, wherever it is answered: what is wrong with tokengate at error, with
- * the cause's stack; what is wrong around it (the store, a user service) at warn, its detail
- * only; a refusal with a private detail at info. Details never hold a secret.
+ * What answering with a failure leaves behind, wherever it is answered: the failure itself, for
+ * the request's access log line (failureOf; that line says every 5xx at warn), and, beside it,
+ * what is wrong with tokengate at error with the cause's stack, or a private detail (what the
+ * store or a user service said, why a client was refused) at info. Details never hold a secret.
  */
-export function logFailure(log: FastifyBaseLogger, failure: TokengateError): void {
-  if (failure.code === 'INTERNAL') log.error({ err: failure.cause }, 'unhandled error');
-  else if (failure.status >= 500) log.warn({ code: failure.code, detail: failure.detail }, failure.description);
-  else if (failure.detail !== undefined) log.info({ code: failure.code, detail: failure.detail }, 'request refused');
+export function noteFailure(request: FastifyRequest, failure: TokengateError): void {
+  answered.set(request, failure);
+  if (failure.code === 'INTERNAL') request.log.error({ err: failure.cause }, 'unhandled error');
+  else if (failure.detail !== undefined) request.log.info({ code: failure.code, detail: failure.detail }, 'request refused');
 }
 
 /**
@@ -203,7 +212,7 @@ export function logFailure(log: FastifyBaseLogger, failure: TokengateError): voi
 export function jsonErrorHandler(realm?: string) {
   return function answerError(error: unknown, request: FastifyRequest, reply: FastifyReply): void {
     const failure = toTokengateError(error);
-    logFailure(request.log, failure);
+    noteFailure(request, failure);
     const { status, headers, body } = renderError(failure);
     reply.code(status).headers(headers);
     const challenge = realm === undefined ? undefined : authenticateChallenge(failure, realm);

@@ -20,10 +20,11 @@ export const COMMANDS: Record<string, Command> = {
     usage: 'tokengate serve [--config FILE]',
     options: configOption,
     async run(values) {
-      const config = loadConfigFile(String(values.config));
+      const file = String(values.config);
+      const config = loadConfigFile(file);
       // Loaded here, not at the top: the admin commands only make an HTTP call and start faster without the server.
       const { serve } = await import('./serve/index.js');
-      return serve(config);
+      return serve(config, file);
     },
   },
   check: {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { runCli, serveInTerminal, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
 import { freePort } from './support/ports.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
@@ -92,6 +92,16 @@ describe('tokengate serve', () => {
       .split('\n')
       .find((line) => line.includes('"level":40'));
     expect(warning).toContain(`issuer.issuerUrl (http://localhost:1) names port 1 on this machine, but the public listener is on port ${port} (server.port)`);
+  });
+
+  it('writes JSON lines to a pipe, and lines made for reading (pino-pretty) to a terminal', async () => {
+    serve = await startServe(configs.write(LISTEN_ON_FREE_PORTS));
+    expect(serve.output()).toMatch(/^\{"level":30,.*"msg":"tokengate listening"\}$/m);
+    // Without its colours: level, message, then the fields one per line.
+    const printed = (await serveInTerminal(configs.write(LISTEN_ON_FREE_PORTS))).replace(/\u001b\[[0-9;]*m/g, '');
+    expect(printed).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: tokengate listening\r?$/m);
+    expect(printed).toMatch(/^\s+publicUrl: "http:\/\/127\.0\.0\.1:\d+"\r?$/m);
+    expect(printed).not.toContain('{"level"');
   });
 
   it('serves /healthz on the ops listener and stops cleanly on SIGTERM', async () => {

@@ -1,3 +1,4 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workerCount } from '../src/serve/worker-count.js';
@@ -51,7 +52,9 @@ function workersConfig(workers: number | string, extra = ''): string {
 
 async function get(url: string): Promise<number> {
   // A new connection per request, so the primary spreads them over the workers.
-  const response = await fetch(url, { headers: { authorization: `Bearer ${token}`, connection: 'close' } });
+  // Right after a worker is killed, a request may get no answer (its connection was the dead
+  // worker's): clients time out and try again.
+  const response = await fetch(url, { headers: { authorization: `Bearer ${token}`, connection: 'close' }, signal: AbortSignal.timeout(3_000) });
   await response.arrayBuffer();
   return response.status;
 }
@@ -102,7 +105,7 @@ describe('server.workers', () => {
       const [first] = [...workerPids(serve.output())];
       process.kill(first!, 'SIGKILL');
       // The other worker keeps the port served while the primary starts a replacement.
-      await eventually(async () => (await get(`${serve!.publicUrl}/api/public/me`)) === 200, 10_000);
+      await eventually(async () => (await get(`${serve!.publicUrl}/api/public/me`).catch(() => 0)) === 200, 15_000);
       await eventually(() => workerPids(serve!.output()).size === 3, 60_000);
       await eventually(async () => ((await (await fetch(`${serve!.opsUrl}/readyz`)).json()) as { status: string }).status === 'ready', 30_000);
       expect(serve.output()).toContain('a worker exited; starting another');
@@ -120,6 +123,21 @@ describe('server.workers', () => {
       expect(await serve.exited).toBe(0);
       for (const pid of pids) expect(() => process.kill(pid, 0)).toThrow();
       expect(serve.output().match(/"tokengate stopped"/g)).toHaveLength(3);
+    },
+    STARTS,
+  );
+
+  it(
+    'reloads every worker when the config file changes',
+    async () => {
+      const file = workersConfig(2);
+      serve = await startServe(file);
+      expect(await get(`${serve.publicUrl}/api/public/tickets`)).toBe(404);
+      writeFileSync(file, `${readFileSync(file, 'utf8')}  - path: /api/public/tickets\n    upstream: ${upstream.url}\n`);
+      await eventually(() => (serve!.output().match(/"config reloaded"/g) ?? []).length === 3, 30_000);
+      // Every worker serves the new route: a few connections reach both.
+      const statuses = await Promise.all(Array.from({ length: 20 }, () => get(`${serve!.publicUrl}/api/public/tickets`)));
+      expect(statuses.every((status) => status === 200)).toBe(true);
     },
     STARTS,
   );

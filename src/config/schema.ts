@@ -196,6 +196,11 @@ export const RouteSchema = Type.Object(
 
 export const LoggingSchema = closed({
   level: oneOf(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'Log level.'),
+  requests: oneOf(
+    ['all', 'errors', 'none'] as const,
+    'errors',
+    'Access log: one line per completed request (`all`), only for requests the service failed to serve, answered 5xx or cut short by the upstream (`errors`), or none.',
+  ),
 });
 
 export const ConfigSchema = Type.Object(
@@ -218,3 +223,4 @@ export type StoreConfig = Static<typeof StoreSchema>;
 export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
+export type LoggingConfig = Static<typeof LoggingSchema>;

@@ -2,12 +2,13 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteConfig } from '../config/schema.js';
 import { bearerChallenge, ERRORS, renderError, TokengateError, type ErrorCode } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { RouteRequests } from '../observability/requests.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 
 /**
- * Every answer the gateway gives instead of the upstream's, by its stable `reason` (the log
- * field and the `reason` label of tokengate_gateway_requests_total). Each names its error in
+ * Every answer the gateway gives instead of the upstream's, by its stable `reason` (the access
+ * log's field and the `reason` label of tokengate_gateway_requests_total). Each names its error in
  * src/errors.ts, whether it carries an RFC 6750 section 3 challenge (`bare`: no credential was
  * presented, so no error code; `error`: with the error code and description), and its outcome
  * label: `denied` before forwarding, `failed` when the upstream did not answer.
@@ -81,10 +82,9 @@ export interface Denial {
   readonly body: string;
   readonly count: CounterSlot;
   readonly duration: HistogramSlot;
+  /** The route's request counters and access log. */
+  readonly requests: RouteRequests;
 }
-
-/** Metric label of requests that matched no route. */
-const UNROUTED_LABEL = '(none)';
 
 export interface UnroutedDenials {
   readonly notFound: Denial;
@@ -92,20 +92,21 @@ export interface UnroutedDenials {
   readonly invalidPath: ReadonlyMap<PathRefusal, Denial>;
 }
 
-export function compileUnroutedDenials(metrics: Metrics): UnroutedDenials {
+/** The denials of requests that matched no route; `requests` counts them under the route label `(none)`. */
+export function compileUnroutedDenials(metrics: Metrics, requests: RouteRequests): UnroutedDenials {
   const invalidPath = new Map<PathRefusal, Denial>();
   for (const refusal of Object.values(PATH_REFUSALS)) {
-    invalidPath.set(refusal, compileDenial('invalid_path', UNROUTED_LABEL, { description: refusal.description }, metrics));
+    invalidPath.set(refusal, compileDenial('invalid_path', { description: refusal.description }, metrics, requests));
   }
   return {
-    notFound: compileDenial('not_found', UNROUTED_LABEL, {}, metrics),
-    tooManyHeaders: compileDenial('too_many_headers', UNROUTED_LABEL, { headers: { connection: 'close' } }, metrics),
+    notFound: compileDenial('not_found', {}, metrics, requests),
+    tooManyHeaders: compileDenial('too_many_headers', { headers: { connection: 'close' } }, metrics, requests),
     invalidPath,
   };
 }
 
 /** Every denial of one route, with its label, its Allow header and the scopes its challenge names. */
-export function compileRouteDenials(route: RouteConfig, label: string, realm: string, metrics: Metrics): Readonly<Record<RouteDenialReason, Denial>> {
+export function compileRouteDenials(route: RouteConfig, realm: string, metrics: Metrics, requests: RouteRequests): Readonly<Record<RouteDenialReason, Denial>> {
   const denials = {} as Record<RouteDenialReason, Denial>;
   for (const reason of Object.keys(DENIALS) as DenialReason[]) {
     if (reason === 'invalid_path' || reason === 'too_many_headers' || reason === 'not_found') continue;
@@ -118,49 +119,47 @@ export function compileRouteDenials(route: RouteConfig, label: string, realm: st
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
     // The client may not drain a refused body: close the connection instead of reading it.
     if (reason === 'body_too_large') headers.connection = 'close';
-    denials[reason] = compileDenial(reason, label, { description, headers }, metrics);
+    denials[reason] = compileDenial(reason, { description, headers }, metrics, requests);
   }
   return denials;
 }
 
 function compileDenial(
   reason: DenialReason,
-  label: string,
   options: { description?: string | undefined; headers?: Record<string, string> },
   metrics: Metrics,
+  requests: RouteRequests,
 ): Denial {
   const spec: { code: ErrorCode; outcome: string; description?: string } = DENIALS[reason];
   const rendered = renderError(new TokengateError(spec.code, { description: options.description ?? spec.description, headers: options.headers }));
+  const label = requests.route;
   return {
     reason,
     route: label,
     ...rendered,
     count: metrics.gatewayRequests.labels(label, spec.outcome, reason),
     duration: metrics.gatewayDuration.labels(label),
+    requests,
   };
 }
 
 /**
- * Answers with a compiled denial: counted, timed and logged with its reason. Refusals a client
- * causes (and an attacker can send by the thousand: a forged-token flood wrote 19 MB of log in
- * 5 s at info) are counted by reason and logged at debug; what is wrong on the service's side
- * is logged at warn.
+ * Answers with a compiled denial: counted and timed by reason, and given its access log line.
+ * Refusals a client causes (and an attacker can send by the thousand: a forged-token flood once
+ * wrote 19 MB of log in 5 s) are only logged with `logging.requests: all`; the 5xx answers,
+ * store or upstream trouble, also with the default `errors`.
  */
 export function deny(request: FastifyRequest, reply: FastifyReply, denial: Denial, requestIdHeader: string): FastifyReply {
-  countDenial(request, denial, reply.elapsedTime);
+  countDenial(request, reply, denial);
   return reply.code(denial.status).headers(denial.headers).header(requestIdHeader, request.id).send(denial.body);
 }
 
-/** Counts, times and logs a denial; for answers written without the reply (after it was handed to the forwarder). */
-export function countDenial(request: FastifyRequest, denial: Denial, elapsedMs: number): void {
+/**
+ * Counts, times and logs a denial; for answers written without the reply's send (after it was
+ * handed to the forwarder). `error`: the code of the upstream failure behind it, for the log.
+ */
+export function countDenial(request: FastifyRequest, reply: FastifyReply, denial: Denial, error?: string): void {
   denial.count.inc();
-  denial.duration.observe(elapsedMs / 1000);
-  if (denial.status >= 500) {
-    request.log.warn(
-      { reason: denial.reason, route: denial.route },
-      DENIALS[denial.reason].outcome === 'denied' ? 'gateway could not check the request' : 'upstream did not answer',
-    );
-  } else {
-    request.log.debug({ reason: denial.reason, route: denial.route }, 'gateway refused the request');
-  }
+  denial.duration.observe(reply.elapsedTime / 1000);
+  denial.requests.completed(request, reply, denial.status, denial.reason, null, error);
 }

@@ -1,7 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Dispatcher } from 'undici';
+import type { RouteConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
+import { CLIENT_CLOSED, UpstreamDurations, type RouteRequests } from '../observability/requests.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { countDenial, type Denial } from './denials.js';
@@ -14,12 +16,14 @@ import { Pool } from './upstream-pool.js';
 export interface ForwardTarget {
   /** `http://host:port`: the request path is appended as is. */
   readonly url: URL;
-  /** The keep-alive connections to this origin, shared by every route that forwards there. */
+  /** The keep-alive connections to this origin, shared by every route that forwards there; closed once no route does. */
   readonly pool: Pool;
   /** How long the upstream has to send its response head, and then each part of its body. */
   readonly timeoutMs: number;
   readonly forwarded: CounterSlot;
   readonly duration: HistogramSlot;
+  readonly upstreamDuration: UpstreamDurations;
+  readonly requests: RouteRequests;
   readonly unreachable: Denial;
   readonly timedOut: Denial;
 }
@@ -28,6 +32,12 @@ export interface Forwarder {
   readonly createTarget: TargetFactory<ForwardTarget>;
   /** Sends the checked request to the target and streams the answer back; the reply is the forwarder's from here on. */
   forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, token: VerifiedToken): void;
+  /**
+   * After a reload: closes the pools of the origins `routes` no longer forward to, each once its
+   * requests are done. A request that matched an old route and was still being checked meanwhile
+   * is forwarded on a connection of its own.
+   */
+  retainOnly(routes: readonly RouteConfig[]): void;
   /** Closes every upstream connection once its request is done. */
   close(): Promise<void>;
 }
@@ -46,6 +56,11 @@ const CONNECTIONS_PER_UPSTREAM = 128;
  */
 export function createForwarder(rules: HeaderRules, requestIdHeader: string, metrics: Metrics): Forwarder {
   const pools = new Map<string, Pool>();
+  const closing = new Set<Promise<void>>();
+  const retire = (pool: Pool): void => {
+    const closed = pool.close().finally(() => closing.delete(closed));
+    closing.add(closed);
+  };
   const poolFor = (url: URL): Pool => {
     let pool = pools.get(url.origin);
     if (pool === undefined) {
@@ -55,7 +70,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     return pool;
   };
 
-  const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials }) => {
+  const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials, requests }) => {
     const url = new URL(upstream);
     return {
       url,
@@ -63,6 +78,8 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       timeoutMs: route.timeoutMs,
       forwarded: metrics.gatewayRequests.labels(label, 'forwarded', 'ok'),
       duration: metrics.gatewayDuration.labels(label),
+      upstreamDuration: new UpstreamDurations(metrics.upstreamDuration, label),
+      requests,
       unreachable: denials.upstream_unreachable,
       timedOut: denials.upstream_timeout,
     };
@@ -86,29 +103,52 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const handler = new ForwardHandler(request, reply, target, rules, requestIdHeader);
+    const handler = new ForwardHandler(request, reply, target, token, rules, requestIdHeader);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a removal.
     response.on('close', () => handler.clientClosed());
-    target.pool.dispatch(
-      {
-        path: credential.query === '' ? path : `${path}?${credential.query}`,
-        method,
-        headers: rules.request(raw, token, request.id, bodyLength),
-        body,
-        headersTimeout: target.timeoutMs,
-        bodyTimeout: target.timeoutMs,
-      },
-      handler,
-    );
+    const options: Dispatcher.DispatchOptions = {
+      path: credential.query === '' ? path : `${path}?${credential.query}`,
+      method,
+      headers: rules.request(raw, token, request.id, bodyLength),
+      body,
+      headersTimeout: target.timeoutMs,
+      bodyTimeout: target.timeoutMs,
+    };
+    if (!target.pool.closed) {
+      target.pool.dispatch(options, handler);
+    } else {
+      // The route was matched before a reload retired its upstream's pool: a pool of its own, closed once this request is done.
+      const own = new Pool(target.url.origin, { connections: 1 });
+      own.dispatch(options, handler);
+      retire(own);
+    }
   }
 
   return {
     createTarget,
     forward,
+    retainOnly(routes) {
+      const origins = upstreamOrigins(routes);
+      for (const [origin, pool] of pools) {
+        if (origins.has(origin)) continue;
+        pools.delete(origin);
+        retire(pool);
+      }
+    },
     async close() {
-      await Promise.all([...pools.values()].map((pool) => pool.close()));
+      await Promise.all([...[...pools.values()].map((pool) => pool.close()), ...closing]);
     },
   };
+}
+
+function upstreamOrigins(routes: readonly RouteConfig[]): Set<string> {
+  const origins = new Set<string>();
+  for (const route of routes) {
+    for (const upstream of [route.upstream, route.upstreams?.user, route.upstreams?.application]) {
+      if (upstream !== undefined) origins.add(new URL(upstream).origin);
+    }
+  }
+  return origins;
 }
 
 function hasBody(request: IncomingMessage): boolean {
@@ -141,15 +181,21 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   private resume: (() => void) | null = null;
   private clientGone = false;
   private readonly response: ServerResponse;
+  /** The status the upstream answered with, once it has. */
+  private status = 0;
+  /** When the request went upstream, on the reply's clock (each clock read costs a little on the request path). */
+  private readonly sentAfterMs: number;
 
   constructor(
     private readonly request: FastifyRequest,
     private readonly reply: FastifyReply,
     private readonly target: ForwardTarget,
+    private readonly token: VerifiedToken,
     private readonly rules: HeaderRules,
     private readonly requestIdHeader: string,
   ) {
     this.response = reply.raw;
+    this.sentAfterMs = reply.elapsedTime;
   }
 
   /** The client went away before the answer was complete: the upstream request is cancelled. */
@@ -168,8 +214,11 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     // Informational answers (102, 103) are not relayed: the client gets the final one.
     if (statusCode < 200) return true;
     this.resume = resume;
+    this.status = statusCode;
+    const elapsedMs = this.reply.elapsedTime;
     this.target.forwarded.inc();
-    this.target.duration.observe(this.reply.elapsedTime / 1000);
+    this.target.duration.observe(elapsedMs / 1000);
+    this.target.upstreamDuration.observe(statusCode, (elapsedMs - this.sentAfterMs) / 1000);
     this.response.writeHead(statusCode, this.rules.response(rawHeaders, this.request.id));
     return true;
   }
@@ -182,22 +231,35 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
 
   onComplete(): void {
     this.response.end();
+    this.target.requests.completed(this.request, this.reply, this.status, undefined, this.token);
   }
 
   onError(error: Error & { code?: string }): void {
     const response = this.response;
-    if (this.clientGone || response.destroyed) return;
-    // Mid-body, or the client's own body failed: nothing true can be said any more, so the
-    // connection is cut (the client sees a truncated response, never a second status line).
-    if (response.headersSent || this.request.raw.destroyed) {
+    const sent = response.headersSent ? response.statusCode : CLIENT_CLOSED;
+    if (this.clientGone || response.destroyed || this.request.raw.destroyed) {
+      // The client left, or its own body failed: cut what is left (a client still there sees a
+      // truncated response, never a second status line).
       response.destroy();
+      this.target.requests.completed(this.request, this.reply, sent, undefined, this.token);
+      return;
+    }
+    if (response.headersSent) {
+      // The upstream failed mid-body: nothing true can be said any more, so the connection is cut.
+      response.destroy();
+      this.target.requests.completed(this.request, this.reply, sent, undefined, this.token, failureCode(error));
       return;
     }
     const denial = error.code === 'UND_ERR_HEADERS_TIMEOUT' ? this.target.timedOut : this.target.unreachable;
-    countDenial(this.request, denial, this.reply.elapsedTime);
     response.writeHead(denial.status, { ...denial.headers, [this.requestIdHeader]: this.request.id });
     response.end(denial.body);
+    countDenial(this.request, this.reply, denial, failureCode(error));
   }
+}
+
+/** What the access log says of an upstream failure: its code (ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT), never a stack. */
+function failureCode(error: Error & { code?: string }): string {
+  return error.code ?? error.name;
 }
 
 class ClientGoneError extends Error {

@@ -1,7 +1,9 @@
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ROUTE_METHODS } from '../config/routes.js';
+import type { Config } from '../config/schema.js';
 import type { TokengateContext } from '../context.js';
+import { RouteRequests } from '../observability/requests.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
 import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
@@ -9,18 +11,42 @@ import { compileRouteTable } from './route-table.js';
 import { compileHeaderRules } from './upstream-headers.js';
 import { handleUpgrades, isUpgrade, isWebSocketUpgrade } from './upgrade.js';
 
+export interface GatewayRoutes {
+  /**
+   * Compiles the routes of `config` and puts them in place of the running ones, whole, in one
+   * assignment: requests from then on are matched against them, and requests already matched
+   * keep the route (and upstream pool) they matched. The pools of upstreams no route names any
+   * more close once their requests are done.
+   */
+  replace(config: Readonly<Config>): void;
+}
+
 /**
  * The gateway: every request to a configured route prefix is checked, then forwarded.
  * Registered as its own encapsulated plugin: its catch-all route and its pass-through body
  * parser stay inside it. The issuer's routes are more specific and win in the router.
  */
-export async function registerGateway(app: FastifyInstance, context: TokengateContext): Promise<void> {
+export async function registerGateway(app: FastifyInstance, context: TokengateContext): Promise<GatewayRoutes> {
+  let routes: GatewayRoutes | undefined;
   await app.register(async function gateway(scope) {
     const { server, gateway } = context.config;
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
     const rules = compileHeaderRules(gateway, server.trustProxy);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
-    const table = compileRouteTable(context.config, context.metrics, forwarder.createTarget);
+    const compile = (config: Readonly<Config>) =>
+      compileRouteTable(
+        config,
+        context.metrics,
+        forwarder.createTarget,
+        (label) => new RouteRequests(context.metrics.requests, context.requestLog, 'public', label),
+      );
+    let table = compile(context.config);
+    routes = {
+      replace(config) {
+        table = compile(config);
+        forwarder.retainOnly(config.routes);
+      },
+    };
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
     scope.addHook('onClose', () => forwarder.close());
 
@@ -79,4 +105,5 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       return undefined;
     }
   });
+  return routes!;
 }

@@ -1,6 +1,7 @@
 import type { Config, RouteConfig } from '../config/schema.js';
 import { normalizePrefix } from '../config/routes.js';
 import type { Metrics } from '../observability/metrics.js';
+import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 import { compileRouteDenials, compileUnroutedDenials, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
@@ -19,6 +20,8 @@ export interface GatewayRoute<Target> {
   /** Where each kind of token goes; null for a kind the route refuses. */
   readonly targets: Readonly<Record<TokenKind, Target | null>>;
   readonly denials: Readonly<Record<RouteDenialReason, Denial>>;
+  /** Its request counters and access log. */
+  readonly requests: RouteRequests;
   /** Segments, below this prefix, of the more specific routes nested under it (usually none). */
   readonly nested: ReadonlyArray<readonly string[]>;
 }
@@ -38,19 +41,30 @@ export type TargetFactory<Target> = (spec: {
   label: string;
   upstream: string;
   denials: Readonly<Record<RouteDenialReason, Denial>>;
+  requests: RouteRequests;
 }) => Target;
 
-/** Compiles config.routes (already checked by checkRoutes at load) into the table requests are matched against. */
-export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Metrics, createTarget: TargetFactory<Target>): RouteTable<Target> {
+/**
+ * Compiles config.routes (already checked by checkRoutes at load) into the table requests are
+ * matched against. `requestsOf` gives the request counters and access log of a route label
+ * (a prefix, or `(none)` for requests that match no route).
+ */
+export function compileRouteTable<Target>(
+  config: Readonly<Config>,
+  metrics: Metrics,
+  createTarget: TargetFactory<Target>,
+  requestsOf: (label: string) => RouteRequests,
+): RouteTable<Target> {
   const routes = config.routes.map((route): GatewayRoute<Target> => {
     const prefix = normalizePrefix(route.path);
     if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
-    const denials = compileRouteDenials(route, prefix, config.gateway.realm, metrics);
+    const requests = requestsOf(prefix);
+    const denials = compileRouteDenials(route, config.gateway.realm, metrics, requests);
     const upstreamFor = (kind: TokenKind): string | undefined =>
       route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream);
     const targetFor = (kind: TokenKind): Target | null => {
       const upstream = upstreamFor(kind);
-      return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials });
+      return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials, requests });
     };
     return {
       prefix,
@@ -62,6 +76,7 @@ export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Met
       allowBodyToken: route.allowBodyToken,
       targets: { user: targetFor('user'), application: targetFor('application') },
       denials,
+      requests,
       nested: config.routes
         .map((other) => normalizePrefix(other.path)!)
         .filter((other) => other !== prefix && other.startsWith(prefix === '/' ? '/' : `${prefix}/`))
@@ -71,7 +86,7 @@ export function compileRouteTable<Target>(config: Readonly<Config>, metrics: Met
   // Longest prefix first, so the first match is the most specific route.
   routes.sort((a, b) => b.prefix.length - a.prefix.length);
   return {
-    unrouted: compileUnroutedDenials(metrics),
+    unrouted: compileUnroutedDenials(metrics, requestsOf(UNROUTED)),
     match(path) {
       for (const route of routes) {
         if (path === route.prefix || path.startsWith(route.below)) {

@@ -73,10 +73,18 @@ export function handleUpgrades(scope: FastifyInstance, rules: HeaderRules, reque
       agent: false,
       timeout: target.timeoutMs,
     });
+    const sentAfterMs = reply.elapsedTime;
+    const answered = (status: number) => {
+      const elapsedMs = reply.elapsedTime;
+      target.forwarded.inc();
+      target.duration.observe(elapsedMs / 1000);
+      target.upstreamDuration.observe(status, (elapsedMs - sentAfterMs) / 1000);
+    };
     outgoing.on('upgrade', (response: IncomingMessage, upstream: Socket, upstreamHead: Buffer) => {
       reply.hijack();
-      target.forwarded.inc();
-      target.duration.observe(reply.elapsedTime / 1000);
+      answered(101);
+      // The request is done when the tunnel opens; what flows through it is the upstream's.
+      target.requests.completed(request, reply, 101, undefined, token);
       upstream.setTimeout(0);
       client.socket.write(switchingProtocolsHead(response, requestIdHeader, request.id));
       if (upstreamHead.length > 0) client.socket.write(upstreamHead);
@@ -85,10 +93,11 @@ export function handleUpgrades(scope: FastifyInstance, rules: HeaderRules, reque
     });
     // The upstream declined the upgrade: its answer goes back like any response.
     outgoing.on('response', (response: IncomingMessage) => {
-      target.forwarded.inc();
-      target.duration.observe(reply.elapsedTime / 1000);
+      const status = response.statusCode ?? 502;
+      answered(status);
       reply.hijack();
-      reply.raw.writeHead(response.statusCode ?? 502, rules.response(response.rawHeaders, request.id));
+      reply.raw.writeHead(status, rules.response(response.rawHeaders, request.id));
+      reply.raw.on('close', () => target.requests.completed(request, reply, status, undefined, token));
       response.pipe(reply.raw);
     });
     outgoing.on('timeout', () => outgoing.destroy(new UpstreamTimeout()));

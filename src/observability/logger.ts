@@ -56,6 +56,21 @@ export function createLogger(level: string): Logger {
   return pino(loggerOptions(level));
 }
 
+/**
+ * The logger of `tokengate serve`: JSON lines on stdout for whatever collects them, or, when
+ * stdout is a terminal (someone is reading), the same records made readable by pino-pretty:
+ * local time, level, message and fields, without pid and hostname. The redaction runs first
+ * either way.
+ */
+export async function createProcessLogger(level: string, stdout: { readonly isTTY?: boolean; readonly fd?: number } = process.stdout): Promise<Logger> {
+  if (stdout.isTTY !== true) return createLogger(level);
+  const { default: pretty } = await import('pino-pretty');
+  return pino(
+    loggerOptions(level),
+    pretty({ destination: stdout.fd ?? 1, sync: true, colorize: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' }),
+  );
+}
+
 type LogMethod = (...args: unknown[]) => void;
 type Level = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace';
 

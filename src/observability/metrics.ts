@@ -1,6 +1,9 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import { SlotCounter, SlotHistogram } from './slot-metrics.js';
 
+/** Buckets of the request path's response times, in seconds: a cache hit's half millisecond to an upstream's 10 s. */
+const RESPONSE_TIME_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
 /**
  * Every metric tokengate exports, created once per instance on its own registry (two
  * instances in one test process do not share counts). Labels are bounded sets: route names
@@ -25,9 +28,36 @@ export function createMetrics() {
       'tokengate_gateway_request_duration_seconds',
       'Time from request to the response head, forwarded requests included, by route.',
       ['route'],
-      [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      RESPONSE_TIME_BUCKETS,
       registry,
     ),
+    requests: new SlotCounter(
+      'tokengate_http_requests_total',
+      'Requests answered, by listener, route (a gateway route prefix, or an issuer or admin endpoint), method and status class.',
+      ['listener', 'route', 'method', 'status_class'],
+      registry,
+    ),
+    upstreamDuration: new SlotHistogram(
+      'tokengate_upstream_request_duration_seconds',
+      "Time from sending a request upstream to the upstream's response head, by route and status class of the answer.",
+      ['route', 'status_class'],
+      RESPONSE_TIME_BUCKETS,
+      registry,
+    ),
+    configReloads: new Counter({
+      name: 'tokengate_config_reloads_total',
+      help: 'Config reloads (SIGHUP or a change of the file), by result: success, or failure (the running config stays).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+    configInfo: new Gauge({
+      name: 'tokengate_config_info',
+      help: 'Always 1; its hash label identifies the config in effect (secrets left out).',
+      labelNames: ['hash'] as const,
+      // Workers of one process load the same file: their series is one, not one per worker.
+      aggregator: 'max',
+      registers,
+    }),
     cacheHits: new SlotCounter('tokengate_cache_hits_total', 'Token lookups answered from the in-process cache with a valid token.', [], registry),
     cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
     cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),

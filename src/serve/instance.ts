@@ -3,8 +3,11 @@ import { buildTokengate, type BuildOptions, type Tokengate } from '../app.js';
 import type { Config } from '../config/schema.js';
 
 export interface RunHooks {
-  /** Called once the instance listens, with a way to stop it (a worker talks to its primary). */
-  attach?: (tokengate: Tokengate, stop: (reason: string) => void) => void;
+  /**
+   * Called once the instance listens, with a way to stop it (a worker talks to its primary, a
+   * process watches its config file); what it returns is called when the instance stops.
+   */
+  attach?: (tokengate: Tokengate, stop: (reason: string) => void) => (() => void) | void;
   /** Runs before the listeners close (a primary lets its workers drain first). */
   beforeClose?: () => Promise<void>;
   /** After a stop was asked, how long before the process exits anyway (default server.shutdownGraceMs). */
@@ -29,6 +32,7 @@ export async function runInstance(config: Readonly<Config>, log: Logger, options
     'tokengate listening',
   );
   let exitCode = 0;
+  let detach: (() => void) | undefined;
   await new Promise<void>((resolve) => {
     let stopping = false;
     const stop = (reason: string) => {
@@ -51,8 +55,9 @@ export async function runInstance(config: Readonly<Config>, log: Logger, options
     };
     process.once('SIGTERM', () => stop('SIGTERM'));
     process.once('SIGINT', () => stop('SIGINT'));
-    hooks.attach?.(tokengate, stop);
+    detach = hooks.attach?.(tokengate, stop) ?? undefined;
   });
+  detach?.();
   log.info('tokengate stopped');
   return exitCode;
 }

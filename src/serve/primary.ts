@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { WorkerReadiness, WorkerReports } from '../observability/health.js';
 import { isWorkerMessage, type PrimaryMessage } from './messages.js';
+import { reloadOnChange } from './reload.js';
 import { runInstance } from './instance.js';
 
 /** A worker that lived this long before it died was not crashing in a loop: its backoff starts over. */
@@ -18,11 +19,12 @@ const READINESS_TIMEOUT_MS = 1_000;
  * listener's port through node:cluster), restarts one that dies, with a backoff that doubles
  * while it keeps dying (100 ms up to 30 s), and serves the ops listener for the whole group:
  * /readyz is ready when every worker is and /metrics sums every worker's metrics; the admin API
- * works on the shared store like any sidecar's. SIGTERM and SIGINT are passed on: every worker
+ * works on the shared store like any sidecar's. A config change (SIGHUP, or the file) is passed
+ * on: every worker reloads it. SIGTERM and SIGINT are passed on: every worker
  * drains, then the primary stops. A worker that fails before the group was first ready stops
  * the start: the same error would only repeat.
  */
-export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number): Promise<number> {
+export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number, file: string): Promise<number> {
   const fleet = new WorkerFleet(log, count);
   const started = await fleet.start();
   if (!started) {
@@ -36,6 +38,8 @@ export async function superviseWorkers(config: Readonly<Config>, log: Logger, co
     log,
     { serves: 'ops', workers: fleet },
     {
+      // A change of the config reloads the primary's own instance (the ops listener, logging) and every worker's.
+      attach: (tokengate) => reloadOnChange(file, log, tokengate, () => fleet.tell({ tokengate: 'reload' })),
       // The workers drain first (each within server.shutdownGraceMs), then the ops listener closes.
       beforeClose: () => fleet.stop(config.server.shutdownGraceMs),
       graceMs: config.server.shutdownGraceMs * 2,
@@ -153,5 +157,10 @@ class WorkerFleet implements WorkerReports {
 
   metrics(): Promise<string> {
     return this.aggregator.clusterMetrics();
+  }
+
+  /** Sends `message` to every running worker. */
+  tell(message: PrimaryMessage): void {
+    for (const slot of this.slots) if (slot.worker !== null && slot.worker.isConnected()) slot.worker.send(message);
   }
 }

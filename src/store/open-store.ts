@@ -1,3 +1,4 @@
+import { withoutPassword } from '../config/redact.js';
 import type { StoreConfig } from '../config/schema.js';
 import { MemoryStore } from './memory.js';
 import { RedisStore } from './redis.js';
@@ -26,15 +27,4 @@ export async function openStore(config: StoreConfig): Promise<Store> {
 /** A condition that keeps the process from starting: printed as one paragraph, without a stack. */
 export class StartupError extends Error {
   override name = 'StartupError';
-}
-
-/** A Redis URL without its password, for messages. */
-export function withoutPassword(value: string): string {
-  try {
-    const url = new URL(value);
-    if (url.password !== '') url.password = '***';
-    return url.toString();
-  } catch {
-    return '(unparseable URL)';
-  }
 }

@@ -84,3 +84,34 @@ export function startServe(configFile: string, env: Record<string, string> = {})
     void exited.then((code) => reject(new Error(`tokengate serve exited with ${code} before listening:\n${output}`)));
   });
 }
+
+/**
+ * Runs `tokengate serve` with a terminal as its stdout (util-linux `script` gives it a
+ * pseudo-terminal) until it says it listens; resolves with everything it printed, then stops it.
+ */
+export function serveInTerminal(configFile: string): Promise<string> {
+  const command = [process.execPath, ...CLI, 'serve', '--config', configFile].map((part) => `'${part.replace(/'/g, `'\\''`)}'`).join(' ');
+  return new Promise((resolvePromise, reject) => {
+    // Its own process group, so that stopping it stops tokengate under it too.
+    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let output = '';
+    const timer = setTimeout(() => finish(new Error(`tokengate serve did not start in a terminal:\n${output}`)), 30_000);
+    const finish = (error?: Error) => {
+      clearTimeout(timer);
+      try {
+        process.kill(-child.pid!, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      if (error === undefined) resolvePromise(output);
+      else reject(error);
+    };
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('tokengate listening')) finish();
+    });
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.on('error', finish);
+    child.on('close', () => finish(new Error(`tokengate serve exited in a terminal before listening:\n${output}`)));
+  });
+}

@@ -3,7 +3,7 @@ import fastifyFormbody from '@fastify/formbody';
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TokengateContext } from '../../context.js';
-import { ERRORS, logFailure, TokengateError, toTokengateError } from '../../errors.js';
+import { ERRORS, noteFailure, TokengateError, toTokengateError } from '../../errors.js';
 import type { AuthorizationCodeRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { createUserSource } from '../users.js';
@@ -183,7 +183,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
         return reply.redirect(location, request.method === 'GET' ? 302 : 303);
       }
       const failure = pageFailure(error);
-      logFailure(request.log, failure);
+      noteFailure(request, failure);
       return sendPage(reply, errorPage(failure));
     },
   };
