@@ -60,7 +60,13 @@ async function main(): Promise<number> {
   const failures: string[] = [];
   try {
     const redis = await startRedis(group);
-    const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });
+    const store = new RedisStore({
+      connection: { topology: { kind: 'standalone', url: redis.url } },
+      keyPrefix: KEY_PREFIX,
+      commandTimeoutMs: 5_000,
+      connectTimeoutMs: 2_000,
+      waitForReplicas: 0,
+    });
     const run: Run = { settings, group, pinning, redis: { url: redis.url, pid: redis.process.pid, store }, warmed: new Set(), results, failures };
     try {
       await runScenarios(run, group, dir);

@@ -1,5 +1,4 @@
 import { spawnSync } from 'node:child_process';
-import type { Redis } from 'ioredis';
 import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
 
 /**
@@ -16,7 +15,7 @@ export async function startRedis(group: ProcessGroup): Promise<{ url: string; pr
 }
 
 /** Commands Redis has executed so far, summed over every command except INFO itself. */
-export async function commandsExecuted(redis: Redis): Promise<number> {
+export async function commandsExecuted(redis: { info(section: 'commandstats'): Promise<string> }): Promise<number> {
   return parseCommandStats(await redis.info('commandstats'));
 }
 

@@ -4,6 +4,7 @@ import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
+import { checkStore } from './store-checks.js';
 import { decodeTagKey } from '../token/token-value.js';
 
 /** One thing wrong with a config file, located by its key path (`routes[2].upstream`). */
@@ -71,6 +72,8 @@ export function parseConfig(text: string, file: string, env: Environment = proce
 
   const problems: ConfigProblem[] = [];
   const substituted = substituteEnvironment(raw, [], env, problems);
+  // Read before defaults are filled in (TypeBox fills them into the object it is given).
+  const storeUrlGiven = urlGiven(substituted);
   const withDefaults = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, substituted));
   for (const error of Value.Errors(ConfigSchema, withDefaults)) {
     if (!isShadowedUnionError(error)) problems.push({ path: keyPath(pointerSegments(error.path)), message: describe(error) });
@@ -79,7 +82,7 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   // a section too broken to check semantically has already been reported above.
   try {
     const reported = new Set(problems.map((problem) => problem.path));
-    for (const problem of checkSemantics(withDefaults as Config)) if (!reported.has(problem.path)) problems.push(problem);
+    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven)) if (!reported.has(problem.path)) problems.push(problem);
   } catch {
     // the shape errors above say what to fix first
   }
@@ -126,7 +129,13 @@ function substituteEnvironment(value: unknown, path: Array<string | number>, env
   return value;
 }
 
-function checkSemantics(config: Config): ConfigProblem[] {
+/** Whether the file sets `store.url` itself (the loaded config always has one, its default). */
+function urlGiven(raw: unknown): boolean {
+  const store = (raw as { store?: unknown }).store;
+  return typeof store === 'object' && store !== null && (store as { url?: unknown }).url !== undefined;
+}
+
+function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
     problems.push({
@@ -137,9 +146,7 @@ function checkSemantics(config: Config): ConfigProblem[] {
   if (config.admin.token !== '' && config.admin.token.length < 16) {
     problems.push({ path: 'admin.token', message: 'must be at least 16 characters' });
   }
-  if (config.store.driver === 'redis' && !/^rediss?:\/\//.test(config.store.url)) {
-    problems.push({ path: 'store.url', message: 'expected a redis:// or rediss:// URL' });
-  }
+  problems.push(...checkStore(config.store, storeUrlGiven));
   if (config.issuer.tokenTagKey !== '') {
     try {
       decodeTagKey(config.issuer.tokenTagKey);

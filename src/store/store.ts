@@ -95,6 +95,13 @@ export interface RevocationFeed {
 
 export type StoreHealth = 'up' | 'down';
 
+/**
+ * How long a revoked token family, or a deleted user's or application's tokens, stay marked so
+ * that a token of theirs saved afterwards is born revoked, counted past their last token's
+ * expiry: longer than any grant can be in flight.
+ */
+export const REVOKED_MARK_MS = 10 * 60_000;
+
 export interface Store {
   readonly driver: 'memory' | 'redis';
 

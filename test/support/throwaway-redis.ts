@@ -15,9 +15,14 @@ export class ThrowawayRedis {
   private constructor(readonly port: number) {}
 
   static async start(): Promise<ThrowawayRedis> {
-    const redis = new ThrowawayRedis(await freePort());
+    const redis = await ThrowawayRedis.notStarted();
     await redis.restart();
     return redis;
+  }
+
+  /** One with its port chosen but not running yet: restart() starts it. */
+  static async notStarted(): Promise<ThrowawayRedis> {
+    return new ThrowawayRedis(await freePort());
   }
 
   get url(): string {
