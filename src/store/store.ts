@@ -87,8 +87,9 @@ export interface RevocationFeed {
    */
   onInterrupted(): void;
   /**
-   * The feed was interrupted and is back (a lost Redis subscription): revocations may have been
-   * missed, so a cache must drop everything it holds.
+   * The feed was interrupted and is back (a lost Redis subscription), and the store answers
+   * commands again: revocations may have been missed, so a cache must drop everything it holds.
+   * Not before the store answers, or the cache would drop what it could still vouch for.
    */
   onReset(): void;
 }

@@ -29,13 +29,18 @@ export class ThrowawayRedis {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  /** Starts it (again, on the same port) and resolves once it answers PING. */
-  async restart(): Promise<void> {
+  /**
+   * Starts it (again, on the same port) and resolves once it answers PING, as `probeUrl` when
+   * given (`extraArgs` may take PING away from the default user).
+   */
+  async restart(extraArgs: string[] = [], probeUrl = this.url): Promise<void> {
     if (this.process !== null) throw new Error('the throwaway redis-server is already running');
-    this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
+      stdio: 'ignore',
+    });
     const deadline = Date.now() + 5_000;
     for (;;) {
-      const probe = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      const probe = new Redis(probeUrl, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
       probe.on('error', () => {});
       try {
         await probe.connect();
