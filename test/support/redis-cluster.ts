@@ -9,6 +9,12 @@ import { freePort } from './ports.js';
 const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
 const REDIS_CLI = process.env.TOKENGATE_TEST_REDIS_CLI ?? '/usr/bin/redis-cli';
 
+/**
+ * No persistence, and a replica that (re)joins is synced at once rather than after the default
+ * 5 s that a master waits for more replicas before a diskless sync.
+ */
+export const WITHOUT_PERSISTENCE = ['--save', '', '--appendonly', 'no', '--repl-diskless-sync-delay', '0'];
+
 /** How a launcher starts one redis-server (the bench pins it to its server CPUs). */
 export type RedisSpawner = (name: string, args: string[]) => ChildProcess;
 
@@ -38,10 +44,10 @@ export class RedisNode {
     return this.process !== null;
   }
 
-  /** Starts it (again) and resolves once it answers PING. */
-  async start(): Promise<void> {
+  /** Starts it (again, with `extraArgs` this time) and resolves once it answers PING. */
+  async start(extraArgs: string[] = []): Promise<void> {
     if (this.process !== null) throw new Error(`${this.name} is already running`);
-    this.process = this.spawner(this.name, ['--port', String(this.port), '--bind', '127.0.0.1', ...this.args]);
+    this.process = this.spawner(this.name, ['--port', String(this.port), '--bind', '127.0.0.1', ...this.args, ...extraArgs]);
     await waitUntilAnswering(this.port, this.password);
   }
 
@@ -54,6 +60,15 @@ export class RedisNode {
       running.kill('SIGKILL');
       await once(running, 'exit');
     }
+  }
+
+  /** Freezes it (SIGSTOP): its connections stay open, nothing is read or answered. */
+  pause(): void {
+    this.process?.kill('SIGSTOP');
+  }
+
+  resume(): void {
+    this.process?.kill('SIGCONT');
   }
 
   /** A client for commands the test sends itself. */
@@ -147,10 +162,7 @@ export class LocalRedisCluster {
         String(options.nodeTimeoutMs ?? 1_000),
         '--dir',
         directory,
-        '--save',
-        '',
-        '--appendonly',
-        'no',
+        ...WITHOUT_PERSISTENCE,
       ];
       nodes.push(new RedisNode(`cluster-${port}`, port, args, options.spawner ?? plainSpawn));
     }
@@ -216,6 +228,15 @@ export class LocalRedisCluster {
   async masters(): Promise<RedisNode[]> {
     const topology = await this.topology();
     return topology.filter((info) => info.role === 'master' && !info.failed && info.slots > 0).map((info) => this.node(info.port));
+  }
+
+  /** The running replica of `master`. */
+  async replicaOf(master: RedisNode): Promise<RedisNode> {
+    const topology = await this.topology();
+    const masterId = topology.find((info) => info.port === master.port)!.id;
+    const replica = topology.find((info) => info.masterId === masterId && !info.failed);
+    if (replica === undefined) throw new Error(`the master on port ${master.port} has no running replica`);
+    return this.node(replica.port);
   }
 
   /** The node that serves `slot` as master now. */

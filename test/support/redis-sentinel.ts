@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { freePort } from './ports.js';
-import { RedisNode, waitFor } from './redis-cluster.js';
+import { RedisNode, WITHOUT_PERSISTENCE, waitFor } from './redis-cluster.js';
 
 const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
 
@@ -35,7 +35,7 @@ export class LocalRedisSentinel {
     const directory = mkdtempSync(join(tmpdir(), 'tokengate-sentinel-'));
     const auth = options.password === undefined ? [] : ['--requirepass', options.password, '--masterauth', options.password];
     const [masterPort, replicaPort] = [await freePort(), await freePort()];
-    const data = ['--save', '', '--appendonly', 'no', '--dir', directory, ...auth];
+    const data = [...WITHOUT_PERSISTENCE, '--dir', directory, ...auth];
     const spawner = (_name: string, args: string[]) => spawn(REDIS_SERVER, args, { stdio: 'ignore' });
     const master = new RedisNode(`master-${masterPort}`, masterPort, data, spawner, options.password);
     const replica = new RedisNode(`replica-${replicaPort}`, replicaPort, [...data, '--replicaof', '127.0.0.1', String(masterPort)], spawner, options.password);
