@@ -525,7 +525,7 @@ export class RedisStore implements Store {
       if (waitError !== null) throw waitError;
       if (acknowledged < replicas) throw new Error(`the write was not confirmed by ${replicas} replica(s) within ${this.options.commandTimeoutMs} ms`);
       return value;
-    });
+    }, this.writer);
   }
 
   private send<T>(client: RedisClient, command: string, ...args: Argument[]): Promise<T> {
@@ -535,11 +535,11 @@ export class RedisStore implements Store {
   /**
    * Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401.
    * On a Cluster, a command that meets a slot's new owner (MOVED) in an auto-pipelined batch is
-   * handed back by ioredis rather than redirected; it was not executed, so it is sent once more
-   * after the slot map is read again.
+   * handed back by ioredis rather than redirected (so is a write followed by WAIT, which the
+   * old master, a replica now, refuses); it was not executed, so it is sent once more after the
+   * client that sent it has read the slot map again.
    */
-  private async run<T>(command: () => Promise<T>): Promise<T> {
-    const redis = this.redis;
+  private async run<T>(command: () => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
     try {
       return await command();
     } catch (error) {
