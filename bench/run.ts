@@ -5,6 +5,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../src/token/token-value.js';
+import { measureClusterMiss } from './lib/cluster.js';
 import { USER_CLIENT_ID, forgedTokens, rotation, seedAccessTokens } from './lib/fixtures.js';
 import { percentile, runLoad } from './lib/load.js';
 import { describeMachine, type Machine } from './lib/machine.js';
@@ -232,6 +233,8 @@ async function runScenarios(run: Run, group: ProcessGroup, dir: string): Promise
       } satisfies MemoryResult;
     }
   });
+
+  await attempt('cluster-miss', () => measureClusterMiss(run, group, dir, minter, tokengateOptions));
 
   await attempt('issuance', async () => {
     const organizer = await createApplication(gateway, 'bench organizer');

@@ -12,6 +12,8 @@ export interface BenchConfigOptions {
   keyPrefix: string;
   tokenTagKey: string;
   upstreamUrl: string;
+  /** A Redis Cluster's nodes (`host:port`) to use instead of `redisUrl`. */
+  clusterNodes?: string[];
 }
 
 /** Routes as the ticketing service lays them out (README, config/tokengate.yaml). */
@@ -25,7 +27,10 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
   const config = {
     server: { host: '127.0.0.1', port: options.port },
     admin: { host: '127.0.0.1', port: options.opsPort },
-    store: { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix },
+    store:
+      options.clusterNodes === undefined
+        ? { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix }
+        : { driver: 'redis', cluster: { nodes: options.clusterNodes }, keyPrefix: options.keyPrefix },
     issuer: { issuerUrl: `http://127.0.0.1:${options.port}`, tokenTagKey: options.tokenTagKey },
     routes: [
       { path: ROUTES.me, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl },

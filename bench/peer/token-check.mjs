@@ -12,7 +12,13 @@ import { tokenDigest } from '../../dist/token/token-value.js';
  * like every server of the benchmark: no loader between the measured process and its code.
  */
 const { values } = parseArgs({ options: { port: { type: 'string' }, redis: { type: 'string' }, prefix: { type: 'string' } } });
-const store = new RedisStore({ url: String(values.redis), keyPrefix: String(values.prefix), commandTimeoutMs: 500, connectTimeoutMs: 2_000 });
+const store = new RedisStore({
+  connection: { topology: { kind: 'standalone', url: String(values.redis) } },
+  keyPrefix: String(values.prefix),
+  commandTimeoutMs: 500,
+  connectTimeoutMs: 2_000,
+  waitForReplicas: 0,
+});
 const BEARER = /^Bearer ([A-Za-z0-9_-]{43})$/i;
 
 function answer(response, status, headers = {}) {

@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,14 +15,29 @@ const REDIS_CLI = process.env.TOKENGATE_TEST_REDIS_CLI ?? '/usr/bin/redis-cli';
  */
 export const WITHOUT_PERSISTENCE = ['--save', '', '--appendonly', 'no', '--repl-diskless-sync-delay', '0'];
 
-/** How a launcher starts one redis-server (the bench pins it to its server CPUs). */
-export type RedisSpawner = (name: string, args: string[]) => ChildProcess;
+/** A started redis-server, as a launcher hands it over. */
+export interface RedisProcess {
+  readonly pid: number | undefined;
+  signal(signal: NodeJS.Signals): void;
+  /** Resolves once it has exited. */
+  readonly exited: Promise<void>;
+}
 
-const plainSpawn: RedisSpawner = (_name, args) => spawn(REDIS_SERVER, args, { stdio: 'ignore' });
+/** How a launcher starts one redis-server (the bench starts them in its process group, pinned). */
+export type RedisSpawner = (name: string, args: string[]) => RedisProcess;
+
+/** redis-server (or `command` with `leadingArgs`) as a child of this process. */
+export function spawnRedisServer(args: string[], leadingArgs: string[] = []): RedisProcess {
+  const child = spawn(REDIS_SERVER, [...leadingArgs, ...args], { stdio: 'ignore' });
+  const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : once(child, 'exit').then(() => {});
+  return { pid: child.pid, signal: (signal) => child.kill(signal), exited };
+}
+
+const plainSpawn: RedisSpawner = (_name, args) => spawnRedisServer(args);
 
 /** One redis-server of a local set-up, on a fixed port so it can be killed and started again. */
 export class RedisNode {
-  private process: ChildProcess | null = null;
+  private process: RedisProcess | null = null;
 
   constructor(
     readonly name: string,
@@ -56,19 +71,17 @@ export class RedisNode {
     const running = this.process;
     if (running === null) return;
     this.process = null;
-    if (running.exitCode === null && running.signalCode === null) {
-      running.kill('SIGKILL');
-      await once(running, 'exit');
-    }
+    running.signal('SIGKILL');
+    await running.exited;
   }
 
   /** Freezes it (SIGSTOP): its connections stay open, nothing is read or answered. */
   pause(): void {
-    this.process?.kill('SIGSTOP');
+    this.process?.signal('SIGSTOP');
   }
 
   resume(): void {
-    this.process?.kill('SIGCONT');
+    this.process?.signal('SIGCONT');
   }
 
   /** A client for commands the test sends itself. */

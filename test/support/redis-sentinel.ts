@@ -1,11 +1,8 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { spawn } from 'node:child_process';
 import { freePort } from './ports.js';
-import { RedisNode, WITHOUT_PERSISTENCE, waitFor } from './redis-cluster.js';
-
-const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
+import { RedisNode, WITHOUT_PERSISTENCE, spawnRedisServer, waitFor } from './redis-cluster.js';
 
 export interface SentinelOptions {
   /** Password of the master and replica (requirepass and masterauth). */
@@ -36,7 +33,7 @@ export class LocalRedisSentinel {
     const auth = options.password === undefined ? [] : ['--requirepass', options.password, '--masterauth', options.password];
     const [masterPort, replicaPort] = [await freePort(), await freePort()];
     const data = [...WITHOUT_PERSISTENCE, '--dir', directory, ...auth];
-    const spawner = (_name: string, args: string[]) => spawn(REDIS_SERVER, args, { stdio: 'ignore' });
+    const spawner = (_name: string, args: string[]) => spawnRedisServer(args);
     const master = new RedisNode(`master-${masterPort}`, masterPort, data, spawner, options.password);
     const replica = new RedisNode(`replica-${replicaPort}`, replicaPort, [...data, '--replicaof', '127.0.0.1', String(masterPort)], spawner, options.password);
     const sentinels: RedisNode[] = [];
@@ -52,15 +49,7 @@ export class LocalRedisSentinel {
         ...(options.sentinelPassword === undefined ? [] : [`requirepass ${options.sentinelPassword}`]),
       ];
       writeFileSync(file, `${lines.join('\n')}\n`);
-      sentinels.push(
-        new RedisNode(
-          `sentinel-${port}`,
-          port,
-          [],
-          (_name, args) => spawn(REDIS_SERVER, [file, '--sentinel', ...args], { stdio: 'ignore' }),
-          options.sentinelPassword,
-        ),
-      );
+      sentinels.push(new RedisNode(`sentinel-${port}`, port, [], (_name, args) => spawnRedisServer(args, [file, '--sentinel']), options.sentinelPassword));
     }
     const setup = new LocalRedisSentinel([master, replica], sentinels, directory, options);
     try {
