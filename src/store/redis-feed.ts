@@ -95,9 +95,9 @@ export class ClassicFeedConnection implements FeedConnection {
 
 /**
  * Sharded pub/sub on a Cluster: one connection to the master that serves the channel's slot,
- * the only node an SPUBLISH reaches. When that connection ends (the master failed, or lost the
- * slot and dropped its subscribers), the slot map is read again and the new master subscribed
- * to. ioredis's own cluster subscriber re-subscribes without saying when it has, which the cache
+ * the only node an SPUBLISH reaches. When that connection ends (the master failed, lost the
+ * slot and dropped its subscribers, or the slot map names another master), the slot map is read
+ * again and the new master subscribed to. ioredis's own cluster subscriber re-subscribes without saying when it has, which the cache
  * needs to know, so the connection is kept here.
  */
 export class ShardFeedConnection implements FeedConnection {
@@ -111,12 +111,25 @@ export class ShardFeedConnection implements FeedConnection {
   private retry: NodeJS.Timeout | null = null;
   private failures = 0;
   private started: { resolve(): void; reject(error: Error): void } | null = null;
+  /** The node the connection is to (`host:port` as in the slot map). */
+  private node: string | null = null;
 
   constructor(
     private readonly cluster: Cluster,
     private readonly channel: string,
     private readonly nodeOptions: RedisOptions,
-  ) {}
+  ) {
+    cluster.on('refresh', this.followSlot);
+  }
+
+  /**
+   * Each time the client reads the slot map again: a channel served by another master now (a
+   * failover this node did not see, cut off from the cluster) means messages go elsewhere.
+   */
+  private readonly followSlot = () => {
+    const master = this.masterOfChannel();
+    if (this.connection !== null && this.node !== null && master !== null && master !== this.node) this.connection.disconnect();
+  };
 
   get subscribed(): boolean {
     return this.up && !this.closed;
@@ -131,6 +144,7 @@ export class ShardFeedConnection implements FeedConnection {
 
   close(): void {
     this.closed = true;
+    this.cluster.off('refresh', this.followSlot);
     if (this.retry !== null) clearTimeout(this.retry);
     this.connection?.disconnect();
     this.connection = null;
@@ -153,6 +167,7 @@ export class ShardFeedConnection implements FeedConnection {
       lazyConnect: true,
     });
     this.connection = connection;
+    this.node = master;
     connection.on('error', (error: Error) => {
       // The node dropped this subscription without being asked (its slot moved): ioredis then
       // finds a reply no command waits for. Start again from the slot map.

@@ -78,6 +78,21 @@ export class LocalRedisSentinel {
     return master;
   }
 
+  /** Every running sentinel names `master`, and `master` says it is one. */
+  async waitForMaster(master: RedisNode, timeoutMs = 30_000): Promise<void> {
+    await waitFor(
+      `the sentinels to name the server on port ${master.port} master`,
+      async () => {
+        for (const sentinel of this.sentinels.filter((each) => each.running)) {
+          const [, port] = (await sentinel.command('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.masterName)) as [string, string];
+          if (Number(port) !== master.port) return false;
+        }
+        return String(await master.command('INFO', 'replication')).includes('role:master');
+      },
+      timeoutMs,
+    );
+  }
+
   /**
    * Every sentinel names `master`, knows the other sentinels and the running replicas, and each
    * running replica is linked to the master: a set-up a test may start from, or fail over again.
