@@ -173,6 +173,9 @@ export class LocalRedisCluster {
         join(directory, `nodes-${port}.conf`),
         '--cluster-node-timeout',
         String(options.nodeTimeoutMs ?? 1_000),
+        // As docs/store.md advises: the other masters keep serving while one fails over.
+        '--cluster-require-full-coverage',
+        'no',
         '--dir',
         directory,
         ...WITHOUT_PERSISTENCE,
