@@ -1,6 +1,11 @@
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseConfig } from '../src/config/load.js';
+import { openStore } from '../src/store/open-store.js';
 import { slotOf } from '../src/store/redis-feed.js';
 import type { Store } from '../src/store/store.js';
 import { tokenDigest } from '../src/token/token-value.js';
@@ -16,6 +21,8 @@ import {
 } from './support/instance.js';
 import { FormClient, authorizePath, createUser, formFields } from './support/issuer.js';
 import { valueOf } from './support/metrics.js';
+import { acceptsConnections, freePort } from './support/ports.js';
+import { WITHOUT_PERSISTENCE, spawnRedisServer } from './support/redis-cluster.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
 import { deleteTopologyPrefix, openTopologyStore, startClusterTopology, startSentinelTopology, type TestTopology } from './support/topologies.js';
@@ -363,6 +370,69 @@ describe('the revocation feed through a manual failover (the old master stays up
     } finally {
       await second.close();
       await first.close();
+    }
+  });
+});
+
+describe('TLS', () => {
+  it('reaches a Redis that speaks only TLS when store.tls.caFile names its CA, and says TLS failed when it does not', { timeout: 30_000 }, async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'tokengate-tls-'));
+    const run = (args: string[]) => expect(spawnSync('openssl', args, { cwd: directory, encoding: 'utf8' }).status).toBe(0);
+    run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=tokengate test CA']);
+    run(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=127.0.0.1']);
+    writeFileSync(join(directory, 'extensions'), 'subjectAltName=IP:127.0.0.1\n');
+    run([
+      'x509',
+      '-req',
+      '-in',
+      'server.csr',
+      '-CA',
+      'ca.pem',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'server.pem',
+      '-days',
+      '1',
+      '-extfile',
+      'extensions',
+    ]);
+    const port = await freePort();
+    const server = spawnRedisServer([
+      '--port',
+      '0',
+      '--bind',
+      '127.0.0.1',
+      '--tls-port',
+      String(port),
+      '--tls-cert-file',
+      join(directory, 'server.pem'),
+      '--tls-key-file',
+      join(directory, 'server.key'),
+      '--tls-auth-clients',
+      'no',
+      ...WITHOUT_PERSISTENCE,
+    ]);
+    await eventually(() => acceptsConnections(port), 10_000);
+    const load = (tls: string) =>
+      parseConfig(
+        `store:\n  driver: redis\n  url: rediss://127.0.0.1:${port}\n  keyPrefix: "${uniquePrefix('tls')}"\n  startupTimeoutMs: 1000\n${tls}issuer:\n  issuerUrl: http://localhost:8080\n`,
+        'tls.yaml',
+        {},
+      ).store;
+    try {
+      const store = await openStore(load(`  tls:\n    caFile: ${join(directory, 'ca.pem')}\n`));
+      await store.saveSession('over-tls', { userId: 'u', createdAt: 1 }, 5_000);
+      expect(await store.getSession('over-tls')).toEqual({ userId: 'u', createdAt: 1 });
+      await store.close();
+      await expect(openStore(load(''))).rejects.toThrow(
+        /^Redis at rediss:\/\/127\.0\.0\.1:\d+ \(store\.url\) did not answer within 1000 ms \(store\.startupTimeoutMs\): TLS failed \(.*certificate.*\)\./,
+      );
+    } finally {
+      server.signal('SIGKILL');
+      await server.exited;
+      rmSync(directory, { recursive: true, force: true });
     }
   });
 });
