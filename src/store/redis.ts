@@ -28,31 +28,67 @@ import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConn
  *   channel revocations      RevocationEvent JSON (sharded pub/sub on a Cluster)
  *
  * No key carries a hash tag, so on a Cluster every key lands on the slot of its own name and
- * the keyspace spreads over every master. That works because every atomic step touches one key:
- * the steps that involve several (a token and its indexes, a revocation and the tokens it
- * removes) are ordered so that any interleaving is safe without a transaction across slots
- * (docs/store.md says which guarantee each operation keeps).
+ * the keyspace spreads over every master. That works because on a Cluster every atomic step
+ * touches one key: the operations that involve several (a token and its indexes, a revocation
+ * and the tokens it removes) are ordered steps there, safe in any interleaving without a
+ * transaction across slots; on one server they are one script each (docs/store.md says which
+ * guarantee each operation keeps).
  */
 
-const INDEX_ADD = `
--- KEYS[1] index; ARGV: member, expiresAt (ms), now (ms). 0 when the index is marked revoked.
-if redis.call('ZSCORE', KEYS[1], 'revoked') then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[3])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+/** Lua functions the token scripts share: each acts on the keys it is given, nothing else. */
+const TOKEN_FUNCTIONS = `
+-- The index is marked: its family is revoked, or its user or application deleted, for good.
+local function marked(index)
+  return redis.call('ZSCORE', index, 'revoked') ~= false
+end
+-- Joins an index, drops expired members, and keeps the index as long as its last member.
+local function join(index, member, expiresAt, now)
+  redis.call('ZADD', index, expiresAt, member)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+  local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', index, last[2])
+end
+local function write(key, kind, payload, expiresAt)
+  redis.call('DEL', key)
+  if kind == 'hash' then
+    redis.call('HSET', key, 'r', payload)
+  else
+    redis.call('SET', key, payload)
+  end
+  redis.call('PEXPIREAT', key, expiresAt)
+end
+-- Empties an index and returns its members; marks it when forGood is '1', until its last
+-- member's expiry and at least until floor.
+local function take(index, forGood, floor)
+  local entries = redis.call('ZRANGE', index, 0, -1, 'WITHSCORES')
+  redis.call('DEL', index)
+  local members = {}
+  local last = tonumber(floor)
+  for i = 1, #entries, 2 do
+    if entries[i] ~= 'revoked' then members[#members + 1] = entries[i] end
+    local score = tonumber(entries[i + 1])
+    if score > last then last = score end
+  end
+  if forGood == '1' then
+    redis.call('ZADD', index, string.format('%d', last), 'revoked')
+    redis.call('PEXPIREAT', index, string.format('%d', last))
+  end
+  return members
+end
+`;
+
+// One key per script, for a Cluster: see saveIndexed and revokeIndexed.
+
+const INDEX_ADD = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index; ARGV: member, expiresAt (ms), now (ms). 0 when the index is marked.
+if marked(KEYS[1]) then return 0 end
+join(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 return 1
 `;
 
-const SAVE_RECORD = `
+const SAVE_RECORD = `${TOKEN_FUNCTIONS}
 -- KEYS[1] record; ARGV: kind ('string'|'hash'), payload, expiresAt (ms)
-redis.call('DEL', KEYS[1])
-if ARGV[1] == 'hash' then
-  redis.call('HSET', KEYS[1], 'r', ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2])
-end
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+write(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 return 1
 `;
 
@@ -63,22 +99,45 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
 return 0
 `;
 
-const REVOKE_INDEX = `
--- KEYS[1] index; ARGV: '1' to mark it revoked for good, mark expiry floor (ms). Returns the members.
-local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-redis.call('DEL', KEYS[1])
-local members = {}
-local last = tonumber(ARGV[2])
-for i = 1, #entries, 2 do
-  if entries[i] ~= 'revoked' then members[#members + 1] = entries[i] end
-  local score = tonumber(entries[i + 1])
-  if score > last then last = score end
+const REVOKE_INDEX = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index; ARGV: '1' to mark it, mark expiry floor (ms). Returns the members.
+return take(KEYS[1], ARGV[1], ARGV[2])
+`;
+
+// The same operations in one script each, where every key is on one server (no Cluster).
+
+const SAVE_INDEXED = `${TOKEN_FUNCTIONS}
+-- KEYS[1] record, KEYS[2..] indexes; ARGV: member, expiresAt (ms), now (ms), kind, payload.
+-- 0 when an index is marked: nothing is written.
+for i = 2, #KEYS do
+  if marked(KEYS[i]) then return 0 end
 end
-if ARGV[1] == '1' then
-  redis.call('ZADD', KEYS[1], string.format('%d', last), 'revoked')
-  redis.call('PEXPIREAT', KEYS[1], string.format('%d', last))
+write(KEYS[1], ARGV[4], ARGV[5], ARGV[2])
+for i = 2, #KEYS do join(KEYS[i], ARGV[1], ARGV[2], ARGV[3]) end
+return 1
+`;
+
+const REVOKE = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index, or '' to revoke the members given; ARGV: '1' to mark the index, mark expiry
+-- floor (ms), key prefix, channel, now (ms), members... Deletes the records, publishes the
+-- access tokens, returns how many records went.
+local members
+if KEYS[1] ~= '' then
+  members = take(KEYS[1], ARGV[1], ARGV[2])
+else
+  members = {}
+  for i = 6, #ARGV do members[#members + 1] = ARGV[i] end
 end
-return members
+local removed = 0
+local access = {}
+for _, member in ipairs(members) do
+  removed = removed + redis.call('DEL', ARGV[3] .. member)
+  if string.sub(member, 1, 3) == 'at:' then access[#access + 1] = string.sub(member, 4) end
+end
+if #access > 0 then
+  redis.call('PUBLISH', ARGV[4], '{"accessTokens":' .. cjson.encode(access) .. ',"publishedAt":' .. ARGV[5] .. '}')
+end
+return removed
 `;
 
 const CONSUME = `
@@ -112,6 +171,8 @@ const SCRIPTS = {
   saveRecord: { numberOfKeys: 1, lua: SAVE_RECORD },
   isMember: { numberOfKeys: 1, lua: IS_MEMBER },
   revokeIndex: { numberOfKeys: 1, lua: REVOKE_INDEX },
+  saveIndexed: { lua: SAVE_INDEXED },
+  revoke: { numberOfKeys: 1, lua: REVOKE },
   consume: { numberOfKeys: 1, lua: CONSUME },
   increment: { numberOfKeys: 1, lua: INCREMENT },
   decrementLive: { numberOfKeys: 1, lua: DECREMENT_LIVE },
@@ -447,7 +508,8 @@ export class RedisStore implements Store {
   }
 
   /**
-   * A token and its indexes, in three steps that need no transaction across slots:
+   * A token and its indexes. On one server (or Sentinel) one script does it all. On a Cluster
+   * the keys live on different slots, so it takes three steps that need no transaction:
    * 1. it joins every index (refused by a family, user or application marked revoked: the token
    *    is then born revoked, and nothing is written);
    * 2. its record is written;
@@ -460,25 +522,33 @@ export class RedisStore implements Store {
     const now = Date.now();
     if (record.expiresAt <= now) return;
     const indexes = this.indexKeys(record);
+    const recordKey = `${this.prefix}${member}`;
+    const payload = JSON.stringify(record);
+    if (!isCluster(this.redis)) {
+      await this.write('saveIndexed', 1 + indexes.length, recordKey, ...indexes, member, record.expiresAt, now, kind, payload);
+      return;
+    }
     const joined = await Promise.all(indexes.map((index) => this.write<number>('indexAdd', index, member, record.expiresAt, now)));
     if (joined.includes(0)) return;
-    const recordKey = `${this.prefix}${member}`;
-    await this.write('saveRecord', recordKey, kind, JSON.stringify(record), record.expiresAt);
+    await this.write('saveRecord', recordKey, kind, payload, record.expiresAt);
     const still = await Promise.all(indexes.map((index) => this.read(() => this.send<number>(this.redis, 'isMember', index, member))));
     if (still.includes(0)) await this.write('del', recordKey);
   }
 
   /**
-   * Revocation by index: take the members (marking the index revoked for good when asked), then
-   * delete their records, then announce the access tokens to every sidecar. Announced after the
-   * deletions, so a sidecar that reads the store on hearing it finds nothing.
+   * Revocation by index (or of the `members` given): take the members, marking the index
+   * revoked for good when asked, delete their records, then announce the access tokens to every
+   * sidecar, after the deletions, so a sidecar that reads the store on hearing it finds nothing.
+   * One script on one server (or Sentinel); those steps in turn on a Cluster.
    */
   private async revokeIndexed(indexKey: string, forGood: boolean): Promise<number> {
-    const members = await this.write<string[]>('revokeIndex', indexKey, forGood ? '1' : '0', Date.now() + REVOKED_MARK_MS);
-    return this.removeMembers(members);
+    const markFloor = Date.now() + REVOKED_MARK_MS;
+    if (!isCluster(this.redis)) return this.write<number>('revoke', indexKey, forGood ? '1' : '0', markFloor, this.prefix, this.channel, Date.now());
+    return this.removeMembers(await this.write<string[]>('revokeIndex', indexKey, forGood ? '1' : '0', markFloor));
   }
 
   private async removeMembers(members: string[]): Promise<number> {
+    if (!isCluster(this.redis)) return this.write<number>('revoke', '', '0', 0, this.prefix, this.channel, Date.now(), ...members);
     const removed = await Promise.all(members.map((member) => this.write<number>('del', `${this.prefix}${member}`)));
     // Announced even when already gone here: another sidecar may still cache them.
     const accessTokens = members.filter((member) => member.startsWith('at:')).map((member) => member.slice(3));
@@ -486,12 +556,13 @@ export class RedisStore implements Store {
     return removed.reduce((sum, count) => sum + count, 0);
   }
 
+  /**
+   * On a Cluster the channel is sharded: the message goes to the master of the channel's slot
+   * alone, which every sidecar subscribes to (docs/store.md explains the choice).
+   */
   private async publish(event: RevocationEvent): Promise<void> {
     const message = JSON.stringify(event);
-    // On a Cluster the channel is sharded: the message goes to the master of the channel's slot
-    // alone, which every sidecar subscribes to (docs/store.md explains the choice).
-    const redis = this.redis;
-    await this.run(() => (isCluster(redis) ? redis.spublish(this.channel, message) : redis.publish(this.channel, message)));
+    await this.run(() => (this.redis as Cluster).spublish(this.channel, message));
   }
 
   private async listRecords<T>(setName: string, kind: string): Promise<T[]> {
