@@ -56,6 +56,8 @@ export async function measureClusterMiss(run: Run, group: ProcessGroup, dir: str
       durationSeconds: run.settings.missMaxSeconds,
       warmupSeconds: 0,
     });
+    if (miss.load.requests + 1 < run.settings.missTokens)
+      progress(`the cluster-miss run stopped after ${run.settings.missMaxSeconds} s, at ${miss.load.requests + 1} of ${run.settings.missTokens} tokens`);
     // measure() reads the one Redis of the run; the cluster's nodes are counted here instead.
     miss.storeCpuMsPer1k = miss.load.requests === 0 ? Number.NaN : ((totalCpuMilliseconds(nodePids()) - cpuBefore) * 1000) / miss.load.requests;
   } finally {
