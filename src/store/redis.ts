@@ -217,8 +217,8 @@ export class RedisStore implements Store {
   private createClient(): RedisClient {
     const client = createRedisClient(this.options.connection, this.connectionOptions(), {
       // A command for a node that is down fails at once (503) instead of being retried behind
-      // the caller's back; the lost node and every failed command make the client re-read the
-      // slot map, so a promoted replica is used as soon as the cluster announces it.
+      // the caller's back; a lost node, a redirect (run) and a timer every second make the
+      // client re-read the slot map, so a promoted replica is used soon after its promotion.
       retryDelayOnFailover: 0,
       // No offline queue even before the first connection: no command timeout applies there
       // (ioredis sets it per node), so a command would wait without a bound, and one that a
@@ -240,7 +240,7 @@ export class RedisStore implements Store {
       client.on('-node', () => client.refreshSlotsCache());
     }
     // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
-    // store is usable as soon as it is built. From then on a command sent while disconnected
+    // store on one server or Sentinel is usable as soon as it is built. From then on a command sent while disconnected
     // fails at once: the gateway answers 503 now instead of after commandTimeout, nothing piles
     // up during an outage, and nothing is replayed on reconnect (ioredis keeps a command that
     // timed out in the offline queue and still sends it when Redis returns, so a write whose
