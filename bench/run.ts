@@ -4,6 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../src/token/token-value.js';
+import { clusterMiss } from './lib/cluster.js';
 import { seedUserTokens } from './lib/fixtures.js';
 import { attempt, elapsedSeconds, progress, rowsInTurns, type Bench, type Results, type Scenario } from './lib/measure.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
@@ -37,7 +38,7 @@ import { ME } from './lib/tokengate-config.js';
  * scenario are measured in turns; a row added to a list is measured in turns with the others.
  */
 const SCENARIOS: Scenario[] = [
-  rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, cacheHit, cacheMiss]),
+  rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, cacheHit, cacheMiss, clusterMiss]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),
@@ -80,12 +81,19 @@ async function main(): Promise<number> {
   };
   try {
     const redis = await startRedis(group);
-    const store = new RedisStore({ url: redis.url, keyPrefix: KEY_PREFIX, commandTimeoutMs: 5_000, connectTimeoutMs: 2_000 });
+    const store = new RedisStore({
+      connection: { topology: { kind: 'standalone', url: redis.url } },
+      keyPrefix: KEY_PREFIX,
+      commandTimeoutMs: 5_000,
+      connectTimeoutMs: 2_000,
+      waitForReplicas: 0,
+    });
     try {
       const tagKey = generateTagKey();
       const minter = createTokenMinter(decodeTagKey(tagKey));
       const [userToken] = await seedUserTokens(store, minter, 1);
       const started = new Map<string, Promise<Tier | string>>();
+      const closers: Array<() => Promise<void>> = [];
       const bench: Bench = {
         settings,
         group,
@@ -100,12 +108,14 @@ async function main(): Promise<number> {
           if (!started.has(name)) started.set(name, start());
           return started.get(name)!;
         },
+        onStop: (close) => void closers.push(close),
       };
       for (const scenario of SCENARIOS) {
         const only = settings.only;
         const wanted = (rowId: string) => only === null || only.has(scenario.id) || only.has(rowId);
         if (scenario.rowIds.some(wanted)) await attempt(bench, scenario.id, () => scenario.run(bench, wanted));
       }
+      await Promise.all(closers.map((close) => close()));
     } finally {
       await store.close();
     }

@@ -61,7 +61,7 @@ const IDLE_SWEEP_MS = 50;
 /** Builds one tokengate instance from a validated config. Nothing listens until listen(). */
 export async function buildTokengate(config: Readonly<Config>, options: BuildOptions = {}): Promise<Tokengate> {
   const log = options.logger ?? createLogger(config.logging.level);
-  const store = options.store ?? (await openStore(config.store));
+  const store = options.store ?? (await openStore(config.store, log));
   const ownsStore = options.store === undefined;
   const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
   const serves = options.serves ?? 'both';

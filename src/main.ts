@@ -7,6 +7,7 @@ import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, t
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { configWarnings } from './config/warnings.js';
 import { StartupError } from './store/open-store.js';
+import { describeTopology, redisConnection } from './store/redis-topology.js';
 
 /**
  * The tokengate command. Each command is a named entry of COMMANDS; a failure the user can fix
@@ -35,7 +36,8 @@ export const COMMANDS: Record<string, Command> = {
       const config = loadConfigFile(String(values.config));
       for (const warning of configWarnings(config)) process.stderr.write(`tokengate: warning: ${warning}\n`);
       const issuer = config.issuer.enabled ? `issuer at ${config.issuer.issuerUrl}` : 'issuer off';
-      process.stdout.write(`${String(values.config)} is valid: ${config.routes.length} route(s), store ${config.store.driver}, ${issuer}\n`);
+      const store = config.store.driver === 'memory' ? 'memory' : `redis, ${describeTopology(redisConnection(config.store).topology)}`;
+      process.stdout.write(`${String(values.config)} is valid: ${config.routes.length} route(s), store ${store}, ${issuer}\n`);
       return 0;
     },
   },

@@ -5,8 +5,9 @@ import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { CachedStore, cached } from '../src/store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord, type Store } from '../src/store/store.js';
+import { Redis } from 'ioredis';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { countingStore, startUpstream } from './support/gateway.js';
+import { USER_TOKEN, countingStore, startUpstream } from './support/gateway.js';
 import { startTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
@@ -377,6 +378,91 @@ describe('tokengate with the cache: wiring and readiness', () => {
     await redis.restart();
     await eventually(async () => (await tokengate.ops.inject('/readyz')).statusCode === 200);
     expect(await valueOf(tokengate.context.metrics.storeUp)).toBe(1);
+  });
+});
+
+describe('the gateway when Redis comes back but cannot answer commands yet', () => {
+  it('clears its cache only once the store answers again: no 503 for a cached valid token around a restart', async () => {
+    // Redis restarts accepting the revocation feed's SUBSCRIBE but refusing the commands the
+    // store needs (an ACL takes them from the default user): the feed is back before the store
+    // is. A second user, the operator's, can still write.
+    const operator = 'operator:operator-password';
+    const operatorUrl = redis.url.replace('redis://', `redis://${operator}@`);
+    const upstream = await startUpstream();
+    const gateway = await startTokengate('cache-outage-restart', {
+      config: { routes: [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], upstream: upstream.url }] },
+      store: createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }),
+    });
+    opened.push(gateway, upstream);
+    const tokens = await Promise.all(Array.from({ length: 10 }, () => gateway.issue()));
+    const status = async (token: string) => {
+      const response = await fetch(`${gateway.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    for (const token of tokens) expect(await status(token)).toBe(200);
+
+    const statuses = new Map<number, number>();
+    let running = true;
+    const traffic = (async () => {
+      while (running) {
+        for (const code of await Promise.all(tokens.map(status))) statuses.set(code, (statuses.get(code) ?? 0) + 1);
+        await sleep(5);
+      }
+    })();
+    const admin = new Redis(operatorUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+    admin.on('error', () => {});
+    let resetsWhileRefused: number;
+    try {
+      await sleep(100);
+      await redis.kill();
+      await sleep(300);
+      await redis.restart(
+        [
+          '--user',
+          'default',
+          'on',
+          'nopass',
+          '~*',
+          '&*',
+          '+@all',
+          '-get',
+          '-ping',
+          '-evalsha',
+          '--user',
+          'operator',
+          'on',
+          '>operator-password',
+          '~*',
+          '&*',
+          '+@all',
+        ],
+        operatorUrl,
+      );
+      // Restarted empty: the operator's store saves the tokens again (as the issuer would).
+      const restorer = createTestRedisStore(prefix, { url: operatorUrl });
+      opened.push(restorer);
+      const now = Date.now();
+      await Promise.all(
+        tokens.map((token) => restorer.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 })),
+      );
+      await admin.connect();
+      await eventually(async () => Number(((await admin.call('PUBSUB', 'NUMSUB', `${prefix}revocations`)) as [string, number])[1]) === 1, 5_000);
+      // The feed is back, the store is not: the cache keeps answering for what it holds.
+      await sleep(500);
+      resetsWhileRefused = await valueOf(gateway.tokengate.context.metrics.cacheResets);
+      await admin.call('ACL', 'SETUSER', 'default', '+get', '+ping', '+evalsha');
+      await eventually(async () => (await valueOf(gateway.tokengate.context.metrics.cacheResets)) === 1, 5_000);
+      await sleep(100);
+    } finally {
+      running = false;
+      await traffic;
+      admin.disconnect();
+    }
+
+    expect(statuses.get(200)).toBeGreaterThan(50);
+    expect(Object.fromEntries(statuses)).toEqual({ 200: statuses.get(200) });
+    expect(resetsWhileRefused).toBe(0);
   });
 });
 

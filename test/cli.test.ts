@@ -2,10 +2,12 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { runCli, serveInTerminal, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { runCli, serveInTerminal, spawnServe, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
 import { freePort } from './support/ports.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
+import { ThrowawayRedis } from './support/throwaway-redis.js';
+import { eventually } from './support/wait.js';
 
 // Port 0 leaves nothing to derive the issuer URL from: it is named (last, so a test can add issuer keys).
 const LISTEN_ON_FREE_PORTS = 'server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\nissuer:\n  issuerUrl: http://localhost:8080\n';
@@ -167,13 +169,63 @@ describe('tokengate serve', () => {
     }
   });
 
-  it('refuses to start with an unreachable Redis, in one paragraph', async () => {
-    const file = configs.write(
-      `${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: redis://:hunter2-secret@127.0.0.1:1\n  connectTimeoutMs: 300\n  commandTimeoutMs: 300\n`,
+  it('waits for a Redis that starts after it, saying what it waits for, then serves', async () => {
+    const redis = await ThrowawayRedis.notStarted();
+    const prefix = uniquePrefix('serve-waits');
+    const spawned = spawnServe(
+      configs.write(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n  url: ${redis.url}\n  keyPrefix: "${prefix}"\n  startupTimeoutMs: 60000\n`),
     );
-    const result = await runCli(['serve', '--config', file]);
-    expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/^tokengate: cannot start: Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:1\S* does not answer .*store\.url.*\n$/);
-    expect(result.stderr).not.toContain('hunter2-secret');
+    try {
+      await eventually(() => spawned.output().includes('waiting for the store'), 15_000);
+      const waiting = spawned
+        .output()
+        .split('\n')
+        .find((line) => line.includes('waiting for the store'))!;
+      expect(JSON.parse(waiting)).toMatchObject({
+        level: 40,
+        msg: `waiting for the store: Redis at ${redis.url} (store.url) does not answer yet (connection refused); retrying until store.startupTimeoutMs (60000 ms) have passed`,
+      });
+      await redis.restart();
+      serve = await spawned.listening;
+      expect(await (await fetch(`${serve.opsUrl}/readyz`)).json()).toEqual({ status: 'ready', store: 'redis' });
+      expect(serve.output()).toContain(`"the store answers: Redis at ${redis.url} (store.url)"`);
+    } finally {
+      spawned.child.kill('SIGKILL');
+      await redis.kill();
+    }
   });
+
+  const neverAnswers: Array<[string, (port: number) => string, RegExp]> = [
+    [
+      'store.url',
+      (port) => `  url: redis://:hunter2-secret@127.0.0.1:${port}\n`,
+      /^tokengate: cannot start: Redis at redis:\/\/:\*\*\*@127\.0\.0\.1:\d+ \(store\.url\) did not answer within 1500 ms \(store\.startupTimeoutMs\): connection refused\. Check that Redis runs and that this host reaches it, and the host, port and password in store\.url\. For a single instance, store\.driver: memory needs no Redis\.\n$/,
+    ],
+    [
+      'store.sentinel',
+      (port) => `  sentinel:\n    sentinels: ["127.0.0.1:${port}"]\n    masterName: main\n    password: hunter2-secret\n  password: hunter2-secret\n`,
+      /^tokengate: cannot start: the master "main" of the sentinels 127\.0\.0\.1:\d+ \(store\.sentinel\) did not answer within 1500 ms \(store\.startupTimeoutMs\): no sentinel answered\. Check that the sentinels run .* and store\.sentinel\.password and store\.password\. For a single instance, store\.driver: memory needs no Redis\.\n$/,
+    ],
+    [
+      'store.cluster.nodes',
+      (port) => `  cluster:\n    nodes: ["127.0.0.1:${port}"]\n  password: hunter2-secret\n`,
+      /^tokengate: cannot start: the Redis Cluster of 127\.0\.0\.1:\d+ \(store\.cluster\.nodes\) did not answer within 1500 ms \(store\.startupTimeoutMs\): (no cluster node answered|connection refused)\. Check that the cluster runs .*store\.password\. For a single instance, store\.driver: memory needs no Redis\.\n$/,
+    ],
+  ];
+
+  it.each(neverAnswers)(
+    'exits 1 when the store never answers (%s): one line naming the key and what to check, no password, no client jargon',
+    async (_key, topology, message) => {
+      const port = await freePort();
+      const file = configs.write(`${LISTEN_ON_FREE_PORTS}store:\n  driver: redis\n${topology(port)}  startupTimeoutMs: 1500\n  commandTimeoutMs: 300\n`);
+      const result = await runCli(['serve', '--config', file]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(message);
+      expect(result.stdout).toContain('waiting for the store');
+      for (const text of [result.stderr, result.stdout]) {
+        expect(text).not.toContain('hunter2-secret');
+        expect(text).not.toMatch(/maxRetriesPerRequest|offline ?queue|ioredis|Reached the max retries/i);
+      }
+    },
+  );
 });

@@ -175,3 +175,75 @@ describe('config warnings', () => {
     for (const file of ['config/tokengate.yaml', 'config/tokengate.redis.yaml']) expect(configWarnings(loadConfigFile(file, {}))).toEqual([]);
   });
 });
+
+describe('store topologies', () => {
+  const issuer = 'issuer:\n  issuerUrl: http://localhost:8080\n';
+
+  it('reads each topology into what the store connects to, with the replicas a write waits for', async () => {
+    const { redisConnection, replicasToWaitFor } = await import('../src/store/redis-topology.js');
+    const load = (store: string) => parseConfig(`${issuer}store:\n  driver: redis\n${store}`, 'test.yaml', { PASSWORD: 'from-the-environment' }).store;
+
+    const standalone = load('  url: rediss://:secret@redis.example:6380\n');
+    expect(redisConnection(standalone)).toEqual({
+      topology: { kind: 'standalone', url: 'rediss://:secret@redis.example:6380' },
+      tls: { enabled: false, caFile: '' },
+    });
+    expect(replicasToWaitFor(standalone, redisConnection(standalone).topology)).toBe(0);
+
+    const sentinel = load(
+      '  sentinel:\n    sentinels: ["10.0.0.1:26379", "sentinel-2:26379"]\n    masterName: main\n    password: ${PASSWORD}\n  password: ${PASSWORD}\n',
+    );
+    expect(redisConnection(sentinel)).toMatchObject({
+      topology: { kind: 'sentinel', sentinels: ['10.0.0.1:26379', 'sentinel-2:26379'], masterName: 'main', sentinelPassword: 'from-the-environment' },
+      password: 'from-the-environment',
+    });
+    expect(replicasToWaitFor(sentinel, redisConnection(sentinel).topology)).toBe(1);
+
+    const cluster = load(
+      '  cluster:\n    nodes: ["redis-0:6379"]\n    natMap: { "10.1.0.5:6379": "127.0.0.1:7000" }\n    scaleReads: all\n  waitForReplicas: 2\n  tls:\n    enabled: true\n',
+    );
+    expect(redisConnection(cluster)).toMatchObject({
+      topology: { kind: 'cluster', nodes: ['redis-0:6379'], natMap: { '10.1.0.5:6379': '127.0.0.1:7000' }, scaleReads: 'all' },
+      tls: { enabled: true, caFile: '' },
+    });
+    expect(replicasToWaitFor(cluster, redisConnection(cluster).topology)).toBe(2);
+  });
+
+  it('refuses two topologies at once, an incomplete one, and addresses that are not host:port, naming each key', () => {
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  url: redis://a:6379\n  cluster:\n    nodes: ["b:6379"]\n`)).toEqual([
+      {
+        path: 'store.cluster',
+        line: 7,
+        message:
+          'store.url and store.cluster are both set: choose one topology (store.url for one server, store.sentinel for Redis Sentinel, store.cluster for Redis Cluster)',
+      },
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  sentinel:\n    sentinels: ["a:26379", "b"]\n`)).toEqual([
+      { path: 'store.sentinel.sentinels[1]', line: 6, message: 'expected host:port, got "b"' },
+      { path: 'store.sentinel.masterName', line: 6, message: 'required with store.sentinel.sentinels: the name the sentinels monitor the master under' },
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  sentinel:\n    masterName: main\n`).map((problem) => problem.path)).toEqual([
+      'store.sentinel.sentinels',
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  cluster:\n    nodes: ["a:6379", "b:99999"]\n    natMap: { "c": "d:1" }\n`)).toEqual([
+      { path: 'store.cluster.nodes[1]', line: 6, message: 'expected host:port, got "b:99999"' },
+      { path: 'store.cluster.natMap.c', line: 7, message: 'expected "host:port": host:port, got "c": "d:1"' },
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  keyPrefix: "{tg}:"\n  cluster:\n    nodes: ["a:6379"]\n`)).toEqual([
+      { path: 'store.keyPrefix', line: 5, message: expect.stringContaining('hash tag') },
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  url: redis://a:6379\n  password: x\n`)).toEqual([
+      { path: 'store.password', line: 6, message: expect.stringContaining('put it in the URL') },
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  url: http://a:6379\n`).map((problem) => problem.message)).toEqual([
+      'expected a redis:// or rediss:// URL',
+    ]);
+    expect(problemsOf(`${issuer}store:\n  driver: redis\n  tls:\n    enabled: true\n    caFile: /no/such/ca.pem\n`)).toEqual([
+      { path: 'store.tls.caFile', line: 7, message: 'no such file: /no/such/ca.pem' },
+    ]);
+  });
+
+  it('leaves the topology keys alone with the memory store', () => {
+    expect(parseConfig(`${issuer}store:\n  url: redis://a:6379\n  cluster:\n    nodes: ["b:6379"]\n`, 'test.yaml', {}).store.driver).toBe('memory');
+  });
+});

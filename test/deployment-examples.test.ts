@@ -403,6 +403,36 @@ describe('examples/kubernetes', () => {
     expect(portNamed(redisContainer, redisPort.targetPort)).toBe(6379);
   });
 
+  it('shows the store section for Redis Sentinel and for Redis Cluster, each loading in place of the one Redis', () => {
+    const lines = configText.split('\n');
+    const active = lines.indexOf('store:');
+    const activeEnd = lines.findIndex((line, index) => index > active && !line.startsWith('  '));
+    // Each alternative: a commented `store:` and the commented lines indented under it.
+    const alternatives = lines
+      .map((line, index) => (line === '# store:' ? index : -1))
+      .filter((index) => index !== -1)
+      .map((start) => {
+        const block = ['store:'];
+        for (let index = start + 1; lines[index]?.startsWith('#   '); index++) block.push(lines[index]!.slice(2));
+        return block;
+      });
+    expect(alternatives).toHaveLength(2);
+    const topologies = alternatives.map((block) => {
+      const text = [...lines.slice(0, active), ...block, ...lines.slice(activeEnd)].join('\n');
+      const { store } = parseConfig(text, `ConfigMap ${configMap.metadata.name}, store uncommented`, environment());
+      return {
+        sentinels: store.sentinel.sentinels.length,
+        masterName: store.sentinel.masterName,
+        nodes: store.cluster.nodes.length,
+        keyPrefix: store.keyPrefix,
+      };
+    });
+    expect(topologies).toEqual([
+      { sentinels: 3, masterName: 'tokengate', nodes: 0, keyPrefix: config().store.keyPrefix },
+      { sentinels: 0, masterName: '', nodes: 3, keyPrefix: config().store.keyPrefix },
+    ]);
+  });
+
   it('lets tokengate finish its requests on shutdown before the kubelet kills it', () => {
     const pause = Number(sidecar.lifecycle?.preStop?.exec.command.at(-1));
     expect(pause).toBeGreaterThan(0);

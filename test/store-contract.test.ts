@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../src/observability/metrics.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, Store } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
+import { deleteTopologyPrefix, openTopologyStore, startClusterTopology, startSentinelTopology, type TestTopology } from './support/topologies.js';
 import { eventually } from './support/wait.js';
 
 const minter = createTokenMinter(decodeTagKey(generateTagKey()));
@@ -59,6 +60,30 @@ const openRedis = async (): Promise<StoreUnderTest> => {
   };
 };
 
+// A real Redis Cluster (three masters, one replica each) and a Sentinel set-up (one master, one
+// replica, three sentinels) of this file's own, each write confirmed by a replica as in production.
+let cluster: TestTopology;
+let sentinel: TestTopology;
+beforeAll(async () => {
+  [cluster, sentinel] = await Promise.all([startClusterTopology(), startSentinelTopology()]);
+}, 60_000);
+afterAll(async () => {
+  await Promise.all([cluster?.stop(), sentinel?.stop()]);
+});
+
+const openTopology = (topology: () => TestTopology) => async (): Promise<StoreUnderTest> => {
+  const prefix = uniquePrefix('contract');
+  const [store, peer] = await Promise.all([openTopologyStore(topology(), prefix), openTopologyStore(topology(), prefix)]);
+  return {
+    store,
+    peer,
+    async cleanup() {
+      await Promise.all([store.close(), peer.close()]);
+      await deleteTopologyPrefix(topology(), prefix);
+    },
+  };
+};
+
 /** The token cache is a store too, and must keep every promise of the store it wraps. */
 const withCache = (open: () => Promise<StoreUnderTest>) => async (): Promise<StoreUnderTest> => {
   const inner = await open();
@@ -81,6 +106,10 @@ const implementations: Array<[string, 'memory' | 'redis', () => Promise<StoreUnd
   ['redis', 'redis', openRedis],
   ['cached memory', 'memory', withCache(openMemory)],
   ['cached redis', 'redis', withCache(openRedis)],
+  ['redis cluster', 'redis', openTopology(() => cluster)],
+  ['cached redis cluster', 'redis', withCache(openTopology(() => cluster))],
+  ['redis sentinel', 'redis', openTopology(() => sentinel)],
+  ['cached redis sentinel', 'redis', withCache(openTopology(() => sentinel))],
 ];
 
 describe.each(implementations)('token store contract: %s', (_name, driver, open) => {
@@ -252,6 +281,51 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     await store.saveAccessToken(userToken, accessToken({ userId: 'user-del' }));
     await store.deleteUser('user-del');
     expect(await store.getAccessToken(userToken)).toBeNull();
+  });
+
+  it('refuses for good a token of a revoked family, or of a deleted user or application, saved afterwards (a grant in flight)', async () => {
+    await store.saveAccessToken(newDigest(), accessToken({ familyId: 'fam-gone' }));
+    await store.revokeFamily('fam-gone');
+    const late = { access: newDigest(), refresh: newDigest() };
+    await subject.peer.saveAccessToken(late.access, accessToken({ familyId: 'fam-gone' }));
+    await subject.peer.saveRefreshToken(late.refresh, refreshToken({ familyId: 'fam-gone' }));
+    expect(await store.getAccessToken(late.access)).toBeNull();
+    expect(await store.getRefreshToken(late.refresh)).toBeNull();
+
+    await store.createUser({ id: 'user-gone', email: 'gone@example.com', passwordHash: 'x', createdAt: 1 });
+    await store.deleteUser('user-gone');
+    const forDeletedUser = newDigest();
+    await subject.peer.saveAccessToken(forDeletedUser, accessToken({ userId: 'user-gone', familyId: 'fam-other' }));
+    expect(await store.getAccessToken(forDeletedUser)).toBeNull();
+
+    await store.deleteApplication('client-gone');
+    const forDeletedApplication = newDigest();
+    await subject.peer.saveAccessToken(forDeletedApplication, accessToken({ kind: 'application', clientId: 'client-gone', userId: null, familyId: null }));
+    expect(await store.getAccessToken(forDeletedApplication)).toBeNull();
+  });
+
+  it("keeps tokens saved after a user's or an application's tokens were revoked (neither is gone for good)", async () => {
+    await store.revokeUserTokens('user-back');
+    await store.revokeClientTokens('client-back');
+    const digest = newDigest();
+    await subject.peer.saveAccessToken(digest, accessToken({ userId: 'user-back', clientId: 'client-back' }));
+    expect(await store.getAccessToken(digest)).not.toBeNull();
+  });
+
+  it('lets no token escape its indexes when saves race a revocation: a later revocation finds every one left', async () => {
+    const saved = Array.from({ length: 60 }, newDigest);
+    const revoked = newDigest();
+    await store.saveAccessToken(revoked, accessToken({ userId: 'user-race', familyId: 'fam-race-0' }));
+    // Saves through one handle, the revocation through another, all in flight together.
+    const [, removed] = await Promise.all([
+      Promise.all(saved.map((digest, index) => store.saveAccessToken(digest, accessToken({ userId: 'user-race', familyId: `fam-race-${index % 7}` })))),
+      subject.peer.revokeUserTokens('user-race'),
+    ]);
+    expect(removed).toBeGreaterThanOrEqual(1);
+    expect(await store.getAccessToken(revoked)).toBeNull();
+    // Whatever survived the first revocation (saved after it read the index) is still indexed.
+    await subject.peer.revokeUserTokens('user-race');
+    for (const digest of saved) expect(await store.getAccessToken(digest)).toBeNull();
   });
 
   it('counts within a window that its own increments do not extend', async () => {

@@ -29,6 +29,8 @@ export interface Bench {
   results: Results;
   /** Starts a server the first time a row asks for it and hands the same one to later rows. */
   shared(name: string, start: () => Promise<Tier | string>): Promise<Tier | string>;
+  /** Something to close once the run is over, before its processes are stopped (a row's own store client). */
+  onStop(close: () => Promise<void>): void;
 }
 
 export interface RowResult {

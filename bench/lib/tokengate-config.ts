@@ -14,6 +14,8 @@ export interface BenchConfigOptions {
   upstreamUrl: string;
   /** `server.workers`; left out (the default, one process) when undefined. */
   workers?: number;
+  /** A Redis Cluster's nodes (`host:port`) to use instead of `redisUrl`. */
+  clusterNodes?: string[];
 }
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
@@ -23,7 +25,10 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
   const config = {
     server: { host: '127.0.0.1', port: options.port, ...(options.workers === undefined ? {} : { workers: options.workers }) },
     admin: { host: '127.0.0.1', port: options.opsPort },
-    store: { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix },
+    store:
+      options.clusterNodes === undefined
+        ? { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix }
+        : { driver: 'redis', cluster: { nodes: options.clusterNodes }, keyPrefix: options.keyPrefix },
     issuer: { issuerUrl: `http://127.0.0.1:${options.port}`, tokenTagKey: options.tokenTagKey },
     routes: [{ path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl }],
     logging: { level: 'info' },

@@ -21,7 +21,13 @@ import { tokenDigest } from '../../dist/token/token-value.js';
 const { values } = parseArgs({
   options: { port: { type: 'string' }, redis: { type: 'string' }, prefix: { type: 'string' }, 'cache-seconds': { type: 'string', default: '0' } },
 });
-const store = new RedisStore({ url: String(values.redis), keyPrefix: String(values.prefix), commandTimeoutMs: 500, connectTimeoutMs: 2_000 });
+const store = new RedisStore({
+  connection: { topology: { kind: 'standalone', url: String(values.redis) } },
+  keyPrefix: String(values.prefix),
+  commandTimeoutMs: 500,
+  connectTimeoutMs: 2_000,
+  waitForReplicas: 0,
+});
 const cacheSeconds = Number(values['cache-seconds']);
 const cache = cacheSeconds > 0 ? new LRUCache({ max: 100_000, ttl: cacheSeconds * 1000 }) : null;
 const BEARER = /^Bearer ([A-Za-z0-9_-]{43})$/i;

@@ -5,6 +5,7 @@ import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import type { ConfigProblem } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
+import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
 import { decodeTagKey } from '../token/token-value.js';
 
@@ -66,6 +67,8 @@ export function parseConfig(text: string, file: string, env: Environment = proce
 
   const problems: ConfigProblem[] = [];
   const substituted = substituteEnvironment(raw, [], env, problems);
+  // Read before defaults are filled in (TypeBox fills them into the object it is given).
+  const storeUrlGiven = urlGiven(substituted);
   const withDefaults = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, substituted));
   for (const error of Value.Errors(ConfigSchema, withDefaults)) {
     if (!isShadowedUnionError(error)) problems.push({ path: keyPath(pointerSegments(error.path)), message: describe(error) });
@@ -74,7 +77,7 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   // a section too broken to check semantically has already been reported above.
   try {
     const reported = new Set(problems.map((problem) => problem.path));
-    for (const problem of checkSemantics(withDefaults as Config)) if (!reported.has(problem.path)) problems.push(problem);
+    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven)) if (!reported.has(problem.path)) problems.push(problem);
   } catch {
     // the shape errors above say what to fix first
   }
@@ -121,7 +124,13 @@ function substituteEnvironment(value: unknown, path: Array<string | number>, env
   return value;
 }
 
-function checkSemantics(config: Config): ConfigProblem[] {
+/** Whether the file sets `store.url` itself (the loaded config always has one, its default). */
+function urlGiven(raw: unknown): boolean {
+  const store = (raw as { store?: unknown }).store;
+  return typeof store === 'object' && store !== null && (store as { url?: unknown }).url !== undefined;
+}
+
+function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
     problems.push({
@@ -143,9 +152,7 @@ function checkSemantics(config: Config): ConfigProblem[] {
       message: `${JSON.stringify(config.server.workers)} workers would each keep their own memory store (a token issued by one unknown to the others): set store.driver: redis, or server.workers: 1`,
     });
   }
-  if (config.store.driver === 'redis' && !/^rediss?:\/\//.test(config.store.url)) {
-    problems.push({ path: 'store.url', message: 'expected a redis:// or rediss:// URL' });
-  }
+  problems.push(...checkStore(config.store, storeUrlGiven));
   if (config.issuer.tokenTagKey !== '') {
     try {
       decodeTagKey(config.issuer.tokenTagKey);

@@ -60,11 +60,21 @@ export function restartKeys(running: Readonly<Config>, next: Readonly<Config>): 
 export function configHash(config: Readonly<Config>): string {
   const published = {
     ...config,
-    admin: { ...config.admin, token: config.admin.token === '' ? '' : '(set)' },
-    issuer: { ...config.issuer, tokenTagKey: config.issuer.tokenTagKey === '' ? '' : '(set)' },
-    store: { ...config.store, url: withoutPassword(config.store.url) },
+    admin: { ...config.admin, token: secretSet(config.admin.token) },
+    issuer: { ...config.issuer, tokenTagKey: secretSet(config.issuer.tokenTagKey) },
+    store: {
+      ...config.store,
+      url: withoutPassword(config.store.url),
+      password: secretSet(config.store.password),
+      sentinel: { ...config.store.sentinel, password: secretSet(config.store.sentinel.password) },
+    },
   };
   return createHash('sha256').update(canonicalJson(published)).digest('hex').slice(0, 16);
+}
+
+/** Whether a secret is set, never its value. */
+function secretSet(value: string): string {
+  return value === '' ? '' : '(set)';
 }
 
 function canonicalJson(value: unknown): string {

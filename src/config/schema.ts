@@ -74,10 +74,61 @@ export const AdminSchema = closed({
 
 export const StoreSchema = closed({
   driver: oneOf(['memory', 'redis'] as const, 'memory', '`memory`: in-process, for a single instance; `redis`: shared by every sidecar.'),
-  url: Type.String({ default: 'redis://127.0.0.1:6379', description: 'Redis URL (`redis://`, `rediss://`), used when driver is `redis`.' }),
+  url: Type.String({
+    default: 'redis://127.0.0.1:6379',
+    description:
+      'One Redis server (`redis://`, `rediss://` for TLS; user and password in the URL), used when driver is `redis` and neither `sentinel` nor `cluster` is set.',
+  }),
+  sentinel: closed({
+    sentinels: Type.Array(Type.String(), {
+      default: [],
+      description: 'Redis Sentinel: the sentinels (`host:port`) that name the master. Setting them selects Sentinel.',
+    }),
+    masterName: Type.String({ default: '', description: 'With `sentinels`: the name the sentinels monitor the master under.' }),
+    password: Type.String({ default: '', description: "With `sentinels`: the sentinels' own password (their `requirepass`), from the environment." }),
+  }),
+  cluster: closed({
+    nodes: Type.Array(Type.String(), {
+      default: [],
+      description: 'Redis Cluster: some of its nodes (`host:port`), from which the rest is discovered. Setting them selects Cluster.',
+    }),
+    natMap: Type.Record(Type.String(), Type.String(), {
+      default: {},
+      description:
+        'With `nodes`: node addresses as the cluster announces them (`host:port`) mapped to where tokengate reaches them, when the two differ (NAT, port forwarding).',
+    }),
+    scaleReads: oneOf(
+      ['master', 'slave', 'all'] as const,
+      'master',
+      'With `nodes`: which nodes answer reads. `slave` or `all` read from replicas, which may lag: see docs/store.md before changing it.',
+    ),
+  }),
+  username: Type.String({ default: '', description: 'With `sentinel` or `cluster`: the ACL user of the Redis servers (`store.url` carries its own).' }),
+  password: Type.String({
+    default: '',
+    description: 'With `sentinel` or `cluster`: the password of the Redis servers, from the environment (`store.url` carries its own).',
+  }),
+  tls: closed({
+    enabled: Type.Boolean({
+      default: false,
+      description: 'TLS to every Redis server and sentinel. With `url`, a `rediss://` URL turns it on as well.',
+    }),
+    caFile: Type.String({ default: '', description: "With TLS: a PEM file of the certificate authorities to trust instead of the system's." }),
+  }),
   keyPrefix: Type.String({ default: 'tokengate:', description: 'Prefix of every Redis key and channel, so several deployments can share one Redis.' }),
   commandTimeoutMs: Milliseconds(500, 'A Redis command not answered in this time fails (the gateway then answers 503), so an outage never hangs a request.'),
   connectTimeoutMs: Milliseconds(2_000, 'Time allowed to connect to Redis.'),
+  startupTimeoutMs: Milliseconds(
+    30_000,
+    'How long `serve` waits for the store to answer at start (Redis often starts after tokengate), retrying, before it exits with status 1.',
+  ),
+  waitForReplicas: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      description:
+        'Replicas that must hold a write (Redis `WAIT`) before tokengate relies on it, so a failover loses no token, revocation or spent code it acknowledged. Unset: 0 with `url`, 1 with `sentinel` or `cluster`.',
+    }),
+  ),
 });
 
 export const UserSourceSchema = closed({

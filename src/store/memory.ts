@@ -10,6 +10,7 @@ import type {
   Store,
   UserRecord,
 } from './store.js';
+import { REVOKED_MARK_MS } from './store.js';
 
 /** A Map whose entries vanish at their expiry: on read, and by a periodic sweep. */
 class ExpiringMap<V> {
@@ -76,6 +77,8 @@ export class MemoryStore implements Store {
   private readonly refreshTokens = new ExpiringMap<{ record: RefreshTokenRecord; used: boolean }>();
   /** `user:ID`, `client:ID`, `family:ID` -> the access (`at:`) and refresh (`rt:`) digests under it. */
   private readonly index = new Map<string, Set<string>>();
+  /** Index keys revoked for good (a family, a deleted user or application) -> until when a token of them is refused. */
+  private readonly revokedForGood = new ExpiringMap<true>();
   private readonly counters = new ExpiringMap<number>();
   private readonly secrets = new Map<string, string>();
   private readonly sessions = new ExpiringMap<SessionRecord>();
@@ -108,7 +111,7 @@ export class MemoryStore implements Store {
 
   async deleteApplication(clientId: string): Promise<boolean> {
     const existed = this.applications.delete(clientId);
-    await this.revokeClientTokens(clientId);
+    this.revokeIndexed(`client:${clientId}`, true);
     return existed;
   }
 
@@ -137,7 +140,7 @@ export class MemoryStore implements Store {
     if (user === undefined) return false;
     this.users.delete(id);
     this.userIdsByEmail.delete(user.email);
-    await this.revokeUserTokens(id);
+    this.revokeIndexed(`user:${id}`, true);
     return true;
   }
 
@@ -150,6 +153,7 @@ export class MemoryStore implements Store {
   }
 
   async saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void> {
+    if (this.bornRevoked(record)) return;
     this.accessTokens.set(digest, structuredClone(record), record.expiresAt);
     this.addToIndex(`at:${digest}`, record);
   }
@@ -159,6 +163,7 @@ export class MemoryStore implements Store {
   }
 
   async saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {
+    if (this.bornRevoked(record)) return;
     this.refreshTokens.set(digest, { record: structuredClone(record), used: false }, record.expiresAt);
     this.addToIndex(`rt:${digest}`, record);
   }
@@ -181,15 +186,15 @@ export class MemoryStore implements Store {
   }
 
   async revokeFamily(familyId: string): Promise<number> {
-    return this.revokeIndexed(`family:${familyId}`);
+    return this.revokeIndexed(`family:${familyId}`, true);
   }
 
   async revokeUserTokens(userId: string): Promise<number> {
-    return this.revokeIndexed(`user:${userId}`);
+    return this.revokeIndexed(`user:${userId}`, false);
   }
 
   async revokeClientTokens(clientId: string): Promise<number> {
-    return this.revokeIndexed(`client:${clientId}`);
+    return this.revokeIndexed(`client:${clientId}`, false);
   }
 
   async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
@@ -231,21 +236,34 @@ export class MemoryStore implements Store {
     this.sessions.delete(digest);
   }
 
-  private addToIndex(member: string, record: { clientId: string; userId: string | null; familyId: string | null }): void {
-    const keys = [`client:${record.clientId}`];
-    if (record.userId !== null) keys.push(`user:${record.userId}`);
-    if (record.familyId !== null) keys.push(`family:${record.familyId}`);
-    for (const key of keys) {
+  private addToIndex(member: string, record: IndexedRecord): void {
+    for (const key of indexKeys(record)) {
       let members = this.index.get(key);
       if (members === undefined) this.index.set(key, (members = new Set()));
       members.add(member);
     }
   }
 
-  private revokeIndexed(indexKey: string): number {
+  /** A token of a family revoked, or of a user or application deleted, is refused as the Redis store refuses it. */
+  private bornRevoked(record: IndexedRecord): boolean {
+    return indexKeys(record).some((key) => this.revokedForGood.has(key));
+  }
+
+  private revokeIndexed(indexKey: string, forGood: boolean): number {
     const members = this.index.get(indexKey);
     this.index.delete(indexKey);
+    if (forGood) this.revokedForGood.set(indexKey, true, Math.max(this.lastExpiry(members), Date.now() + REVOKED_MARK_MS));
     return members === undefined ? 0 : this.removeMembers([...members]);
+  }
+
+  private lastExpiry(members: Set<string> | undefined): number {
+    let last = 0;
+    for (const member of members ?? []) {
+      const digest = member.slice(3);
+      const expiresAt = member.startsWith('at:') ? this.accessTokens.get(digest)?.expiresAt : this.refreshTokens.get(digest)?.record.expiresAt;
+      last = Math.max(last, expiresAt ?? 0);
+    }
+    return last;
   }
 
   private removeMembers(members: string[]): number {
@@ -276,6 +294,7 @@ export class MemoryStore implements Store {
     this.refreshTokens.sweep(now);
     this.counters.sweep(now);
     this.sessions.sweep(now);
+    this.revokedForGood.sweep(now);
     for (const [key, members] of this.index) {
       for (const member of members) {
         const live = member.startsWith('at:') ? this.accessTokens.has(member.slice(3)) : this.refreshTokens.has(member.slice(3));
@@ -284,6 +303,15 @@ export class MemoryStore implements Store {
       if (members.size === 0) this.index.delete(key);
     }
   }
+}
+
+type IndexedRecord = { clientId: string; userId: string | null; familyId: string | null };
+
+function indexKeys(record: IndexedRecord): string[] {
+  const keys = [`client:${record.clientId}`];
+  if (record.userId !== null) keys.push(`user:${record.userId}`);
+  if (record.familyId !== null) keys.push(`family:${record.familyId}`);
+  return keys;
 }
 
 function consume<T>(entry: { record: T; used: boolean } | undefined): Consumed<T> | null {

@@ -1,4 +1,4 @@
-import { Redis, type RedisOptions } from 'ioredis';
+import type { Cluster, RedisOptions } from 'ioredis';
 import type {
   AccessTokenRecord,
   ApplicationRecord,
@@ -11,40 +11,133 @@ import type {
   Store,
   UserRecord,
 } from './store.js';
-import { StoreUnavailableError } from './store.js';
+import { REVOKED_MARK_MS, StoreUnavailableError } from './store.js';
+import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
+import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
 
 /**
- * Key layout (every key under `keyPrefix`):
+ * Key layout (every key under `keyPrefix`, the same on one server, Sentinel and Cluster):
  *   app:<client_id>          JSON ApplicationRecord          apps   SET of client ids
- *   user:<id>                JSON UserRecord                 user-email:<email> -> id
+ *   user:<id>                JSON UserRecord                 user-email:<email> -> id   users  SET of ids
  *   code:<digest>            HASH r=JSON used=1 once used, TTL  (single use, replay visible)
  *   at:<digest>              JSON AccessTokenRecord, TTL
  *   rt:<digest>              HASH r=JSON used=1 once used, TTL  (rotation, reuse visible)
- *   idx:user|client|family:<id>  ZSET of "at:<digest>"/"rt:<digest>" scored by expiry, TTL = last expiry
+ *   idx:user|client|family:<id>  ZSET of "at:<digest>"/"rt:<digest>" scored by expiry, TTL = last expiry;
+ *                            member "revoked" once the family, user or application is gone for good
  *   counter:<name>, secret:<name>, session:<digest>
- *   channel revocations      RevocationEvent JSON
- * Scripts touch keys they compute from the index, so they need a standalone or Sentinel Redis
- * (not Cluster).
+ *   channel revocations      RevocationEvent JSON (sharded pub/sub on a Cluster)
+ *
+ * No key carries a hash tag, so on a Cluster every key lands on the slot of its own name and
+ * the keyspace spreads over every master. That works because on a Cluster every atomic step
+ * touches one key: the operations that involve several (a token and its indexes, a revocation
+ * and the tokens it removes) are ordered steps there, safe in any interleaving without a
+ * transaction across slots; on one server they are one script each (docs/store.md says which
+ * guarantee each operation keeps).
  */
 
-const SAVE_INDEXED = `
--- KEYS[1] record key, KEYS[2..] index keys; ARGV: member, expiresAt (ms), now (ms), kind ('string'|'hash'), payload
-local ttl = tonumber(ARGV[2]) - tonumber(ARGV[3])
-if ttl <= 0 then return 0 end
-if ARGV[4] == 'hash' then
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'r', ARGV[5])
-  redis.call('PEXPIRE', KEYS[1], ttl)
-else
-  redis.call('SET', KEYS[1], ARGV[5], 'PX', ttl)
+/** Lua functions the token scripts share: each acts on the keys it is given, nothing else. */
+const TOKEN_FUNCTIONS = `
+-- The index is marked: its family is revoked, or its user or application deleted, for good.
+local function marked(index)
+  return redis.call('ZSCORE', index, 'revoked') ~= false
 end
-for i = 2, #KEYS do
-  redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[3])
-  local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-  redis.call('PEXPIREAT', KEYS[i], last[2])
+-- Joins an index, drops expired members, and keeps the index as long as its last member.
+local function join(index, member, expiresAt, now)
+  redis.call('ZADD', index, expiresAt, member)
+  redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
+  local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', index, last[2])
 end
+local function write(key, kind, payload, expiresAt)
+  redis.call('DEL', key)
+  if kind == 'hash' then
+    redis.call('HSET', key, 'r', payload)
+  else
+    redis.call('SET', key, payload)
+  end
+  redis.call('PEXPIREAT', key, expiresAt)
+end
+-- Empties an index and returns its members; marks it when forGood is '1', until its last
+-- member's expiry and at least until floor.
+local function take(index, forGood, floor)
+  local entries = redis.call('ZRANGE', index, 0, -1, 'WITHSCORES')
+  redis.call('DEL', index)
+  local members = {}
+  local last = tonumber(floor)
+  for i = 1, #entries, 2 do
+    if entries[i] ~= 'revoked' then members[#members + 1] = entries[i] end
+    local score = tonumber(entries[i + 1])
+    if score > last then last = score end
+  end
+  if forGood == '1' then
+    redis.call('ZADD', index, string.format('%d', last), 'revoked')
+    redis.call('PEXPIREAT', index, string.format('%d', last))
+  end
+  return members
+end
+`;
+
+// One key per script, for a Cluster: see saveIndexed and revokeIndexed.
+
+const INDEX_ADD = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index; ARGV: member, expiresAt (ms), now (ms). 0 when the index is marked.
+if marked(KEYS[1]) then return 0 end
+join(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
 return 1
+`;
+
+const SAVE_RECORD = `${TOKEN_FUNCTIONS}
+-- KEYS[1] record; ARGV: kind ('string'|'hash'), payload, expiresAt (ms)
+write(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+return 1
+`;
+
+/** A script, not ZSCORE: a script runs on the master even when reads go to replicas. */
+const IS_MEMBER = `
+-- KEYS[1] index; ARGV[1] member
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 1 end
+return 0
+`;
+
+const REVOKE_INDEX = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index; ARGV: '1' to mark it, mark expiry floor (ms). Returns the members.
+return take(KEYS[1], ARGV[1], ARGV[2])
+`;
+
+// The same operations in one script each, where every key is on one server (no Cluster).
+
+const SAVE_INDEXED = `${TOKEN_FUNCTIONS}
+-- KEYS[1] record, KEYS[2..] indexes; ARGV: member, expiresAt (ms), now (ms), kind, payload.
+-- 0 when an index is marked: nothing is written.
+for i = 2, #KEYS do
+  if marked(KEYS[i]) then return 0 end
+end
+write(KEYS[1], ARGV[4], ARGV[5], ARGV[2])
+for i = 2, #KEYS do join(KEYS[i], ARGV[1], ARGV[2], ARGV[3]) end
+return 1
+`;
+
+const REVOKE = `${TOKEN_FUNCTIONS}
+-- KEYS[1] index, or '' to revoke the members given; ARGV: '1' to mark the index, mark expiry
+-- floor (ms), key prefix, channel, now (ms), members... Deletes the records, publishes the
+-- access tokens, returns how many records went.
+local members
+if KEYS[1] ~= '' then
+  members = take(KEYS[1], ARGV[1], ARGV[2])
+else
+  members = {}
+  for i = 6, #ARGV do members[#members + 1] = ARGV[i] end
+end
+local removed = 0
+local access = {}
+for _, member in ipairs(members) do
+  removed = removed + redis.call('DEL', ARGV[3] .. member)
+  if string.sub(member, 1, 3) == 'at:' then access[#access + 1] = string.sub(member, 4) end
+end
+if #access > 0 then
+  redis.call('PUBLISH', ARGV[4], '{"accessTokens":' .. cjson.encode(access) .. ',"publishedAt":' .. ARGV[5] .. '}')
+end
+return removed
 `;
 
 const CONSUME = `
@@ -54,26 +147,11 @@ if not record then return nil end
 return {record, redis.call('HSETNX', KEYS[1], 'used', '1')}
 `;
 
-const REVOKE = `
--- KEYS[1] index key or '' ; ARGV: prefix, channel, now, members... (used when KEYS[1] is '')
-local members
-if KEYS[1] ~= '' then
-  members = redis.call('ZRANGE', KEYS[1], 0, -1)
-  redis.call('DEL', KEYS[1])
-else
-  members = {}
-  for i = 4, #ARGV do members[#members + 1] = ARGV[i] end
-end
-local removed = 0
-local access = {}
-for _, member in ipairs(members) do
-  removed = removed + redis.call('DEL', ARGV[1] .. member)
-  if string.sub(member, 1, 3) == 'at:' then access[#access + 1] = string.sub(member, 4) end
-end
-if #access > 0 then
-  redis.call('PUBLISH', ARGV[2], '{"accessTokens":' .. cjson.encode(access) .. ',"publishedAt":' .. ARGV[3] .. '}')
-end
-return removed
+const INCREMENT = `
+-- KEYS[1] counter; ARGV[1] window (ms), set on the first increment only
+local count = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[1], 'NX')
+return count
 `;
 
 const DECREMENT_LIVE = `
@@ -82,46 +160,95 @@ if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('DECR', KEYS[1]) end
 return 0
 `;
 
-interface ScriptCommands {
-  saveIndexed(keyCount: number, ...args: Array<string | number>): Promise<number>;
-  consume(key: string): Promise<[string, number] | null>;
-  revoke(indexKey: string, prefix: string, channel: string, now: number, ...members: string[]): Promise<number>;
-  decrementLive(key: string): Promise<number>;
-}
+const DELETE_IF_EQUAL = `
+-- KEYS[1]; ARGV[1] the value it must still hold
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
+const SCRIPTS = {
+  indexAdd: { numberOfKeys: 1, lua: INDEX_ADD },
+  saveRecord: { numberOfKeys: 1, lua: SAVE_RECORD },
+  isMember: { numberOfKeys: 1, lua: IS_MEMBER },
+  revokeIndex: { numberOfKeys: 1, lua: REVOKE_INDEX },
+  saveIndexed: { lua: SAVE_INDEXED },
+  revoke: { numberOfKeys: 1, lua: REVOKE },
+  consume: { numberOfKeys: 1, lua: CONSUME },
+  increment: { numberOfKeys: 1, lua: INCREMENT },
+  decrementLive: { numberOfKeys: 1, lua: DECREMENT_LIVE },
+  deleteIfEqual: { numberOfKeys: 1, lua: DELETE_IF_EQUAL },
+} as const;
+
+type Argument = string | number;
+/** A command by name, as the writes below send them (the defined scripts included). */
+type CommandSender = Record<string, (...args: Argument[]) => Promise<unknown>>;
+type PipelineBuilder = Record<string, (...args: Argument[]) => unknown> & { exec(): Promise<Array<[Error | null, unknown]> | null> };
 
 export interface RedisStoreOptions {
-  url: string;
+  connection: RedisConnection;
   keyPrefix: string;
   commandTimeoutMs: number;
   connectTimeoutMs: number;
+  /** Replicas that must confirm each write (WAIT) before the store relies on it; 0: none. */
+  waitForReplicas: number;
 }
 
 export class RedisStore implements Store {
   readonly driver = 'redis' as const;
-  private readonly redis: Redis & ScriptCommands;
+  /** Reads, and writes when no replica must confirm them. */
+  private readonly redis: RedisClient;
+  /**
+   * Writes followed by WAIT. A client waiting on WAIT is answered nothing else until its
+   * replicas confirm, so they get connections of their own and reads never queue behind them.
+   */
+  private readonly writer: RedisClient;
   private readonly prefix: string;
   private readonly channel: string;
-  private readonly subscribers = new Set<Redis>();
+  private readonly feeds = new Set<FeedConnection>();
+  private lastError: Error | null = null;
 
   constructor(private readonly options: RedisStoreOptions) {
     this.prefix = options.keyPrefix;
     this.channel = `${options.keyPrefix}revocations`;
-    this.redis = new Redis(options.url, this.connectionOptions()) as Redis & ScriptCommands;
-    this.redis.defineCommand('saveIndexed', { lua: SAVE_INDEXED });
-    this.redis.defineCommand('consume', { numberOfKeys: 1, lua: CONSUME });
-    this.redis.defineCommand('revoke', { numberOfKeys: 1, lua: REVOKE });
-    this.redis.defineCommand('decrementLive', { numberOfKeys: 1, lua: DECREMENT_LIVE });
-    // Errors surface on the commands that hit them; the client's own event would crash the process.
-    this.redis.on('error', () => {});
+    this.redis = this.createClient();
+    this.writer = options.waitForReplicas > 0 ? this.createClient() : this.redis;
+  }
+
+  private createClient(): RedisClient {
+    const client = createRedisClient(this.options.connection, this.connectionOptions(), {
+      // A command for a node that is down fails at once (503) instead of being retried behind
+      // the caller's back; a lost node, a redirect (run) and a timer every second make the
+      // client re-read the slot map, so a promoted replica is used soon after its promotion.
+      retryDelayOnFailover: 0,
+      // No offline queue even before the first connection: no command timeout applies there
+      // (ioredis sets it per node), so a command would wait without a bound, and one that a
+      // caller gave up on would still run once the cluster is reached.
+      enableOfflineQueue: false,
+      retryDelayOnClusterDown: 0,
+      retryDelayOnTryAgain: 0,
+      slotsRefreshInterval: 1_000,
+      slotsRefreshTimeout: this.options.commandTimeoutMs,
+      enableAutoPipelining: true,
+      clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2_000),
+    });
+    for (const name of Object.keys(SCRIPTS) as Array<keyof typeof SCRIPTS>) client.defineCommand(name, SCRIPTS[name]);
+    // Errors surface on the commands that hit them; the client's own event would crash the
+    // process. The last one is kept for the message when the store cannot be reached at start.
+    client.on('error', (error: Error) => (this.lastError = error));
+    if (isCluster(client)) {
+      client.on('node error', (error: Error) => (this.lastError = error));
+      client.on('-node', () => client.refreshSlotsCache());
+    }
     // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
-    // store is usable as soon as it is built. From then on a command sent while disconnected
+    // store on one server or Sentinel is usable as soon as it is built. From then on a command sent while disconnected
     // fails at once: the gateway answers 503 now instead of after commandTimeout, nothing piles
     // up during an outage, and nothing is replayed on reconnect (ioredis keeps a command that
     // timed out in the offline queue and still sends it when Redis returns, so a write whose
     // caller was told it failed would be applied after all).
-    this.redis.once('ready', () => {
-      this.redis.options.enableOfflineQueue = false;
+    client.once('ready', () => {
+      client.options.enableOfflineQueue = false;
     });
+    return client;
   }
 
   private connectionOptions(): RedisOptions {
@@ -138,213 +265,235 @@ export class RedisStore implements Store {
       // (commandTimeout); re-sending it after the reconnect would apply it behind their back.
       autoResendUnfulfilledCommands: false,
       lazyConnect: false,
+      connectionName: 'tokengate',
     };
   }
 
-  /** The underlying client, for health checks and tests. */
-  get client(): Redis {
+  /** The underlying client (reads), for health checks and tests. */
+  get client(): RedisClient {
     return this.redis;
   }
 
+  /** The last connection error ioredis reported, for the message when the store cannot be reached at start. */
+  get lastConnectionError(): Error | null {
+    return this.lastError;
+  }
+
   async ping(): Promise<void> {
-    await this.run(this.redis.ping());
+    await this.run(() => Promise.all(this.clients().map((client) => client.ping())));
+  }
+
+  private clients(): RedisClient[] {
+    return this.writer === this.redis ? [this.redis] : [this.redis, this.writer];
+  }
+
+  /** Every master answers (a Cluster is usable only when each of its masters is); one PING elsewhere. */
+  async pingEveryMaster(): Promise<void> {
+    const redis = this.redis;
+    if (!isCluster(redis)) return this.ping();
+    if (redis.status !== 'ready') throw new StoreUnavailableError('the cluster client is not connected');
+    const masters = redis.nodes('master');
+    if (masters.length === 0) throw new StoreUnavailableError('no cluster master is known');
+    await this.run(() => Promise.all(masters.map((master) => master.ping())));
   }
 
   async close(): Promise<void> {
     // Forgotten first, so their closing is not reported to the feeds as an interruption.
-    for (const subscriber of this.subscribers) closeSubscriber(subscriber);
-    this.subscribers.clear();
-    await this.redis.quit().catch(() => this.redis.disconnect());
+    for (const feed of this.feeds) feed.close();
+    this.feeds.clear();
+    await Promise.all(this.clients().map((client) => client.quit().catch(() => client.disconnect())));
   }
 
   async putApplication(app: ApplicationRecord): Promise<void> {
-    await this.run(this.redis.multi().set(this.key('app', app.clientId), JSON.stringify(app)).sadd(this.key('apps'), app.clientId).exec());
+    // Listed first: a listed id without its record is skipped, a record that is not listed would be hidden.
+    await this.write('sadd', this.key('apps'), app.clientId);
+    await this.write('set', this.key('app', app.clientId), JSON.stringify(app));
   }
 
   async getApplication(clientId: string): Promise<ApplicationRecord | null> {
-    return parse<ApplicationRecord>(await this.run(this.redis.get(this.key('app', clientId))));
+    return parse<ApplicationRecord>(await this.read(() => this.redis.get(this.key('app', clientId))));
   }
 
   async listApplications(): Promise<ApplicationRecord[]> {
-    const ids = await this.run(this.redis.smembers(this.key('apps')));
-    if (ids.length === 0) return [];
-    const values = await this.run(this.redis.mget(ids.map((id) => this.key('app', id))));
-    return values.map((value) => parse<ApplicationRecord>(value)).filter((app): app is ApplicationRecord => app !== null);
+    return this.listRecords<ApplicationRecord>('apps', 'app');
   }
 
   async deleteApplication(clientId: string): Promise<boolean> {
-    const [deleted] = await this.run(Promise.all([this.redis.del(this.key('app', clientId)), this.redis.srem(this.key('apps'), clientId)]));
-    await this.revokeClientTokens(clientId);
+    const deleted = await this.write<number>('del', this.key('app', clientId));
+    await this.write('srem', this.key('apps'), clientId);
+    await this.revokeIndexed(this.key('idx:client', clientId), true);
     return deleted === 1;
   }
 
   async createUser(user: UserRecord): Promise<boolean> {
-    const claimed = await this.run(this.redis.set(this.key('user-email', user.email), user.id, 'NX'));
+    const claimed = await this.write<string | null>('set', this.key('user-email', user.email), user.id, 'NX');
     if (claimed !== 'OK') return false;
-    const created = await this.run(this.redis.set(this.key('user', user.id), JSON.stringify(user), 'NX'));
+    const created = await this.write<string | null>('set', this.key('user', user.id), JSON.stringify(user), 'NX');
     if (created !== 'OK') {
-      await this.run(this.redis.del(this.key('user-email', user.email)));
+      await this.write('deleteIfEqual', this.key('user-email', user.email), user.id);
       return false;
     }
-    await this.run(this.redis.sadd(this.key('users'), user.id));
+    await this.write('sadd', this.key('users'), user.id);
     return true;
   }
 
   async getUser(id: string): Promise<UserRecord | null> {
-    return parse<UserRecord>(await this.run(this.redis.get(this.key('user', id))));
+    return parse<UserRecord>(await this.read(() => this.redis.get(this.key('user', id))));
   }
 
   async findUserByEmail(email: string): Promise<UserRecord | null> {
-    const id = await this.run(this.redis.get(this.key('user-email', email)));
+    const id = await this.read(() => this.redis.get(this.key('user-email', email)));
     return id === null ? null : this.getUser(id);
   }
 
   async listUsers(): Promise<UserRecord[]> {
-    const ids = await this.run(this.redis.smembers(this.key('users')));
-    if (ids.length === 0) return [];
-    const values = await this.run(this.redis.mget(ids.map((id) => this.key('user', id))));
-    return values.map((value) => parse<UserRecord>(value)).filter((user): user is UserRecord => user !== null);
+    return this.listRecords<UserRecord>('users', 'user');
   }
 
   async deleteUser(id: string): Promise<boolean> {
     const user = await this.getUser(id);
     if (user === null) return false;
-    await this.run(this.redis.multi().del(this.key('user', id)).del(this.key('user-email', user.email)).srem(this.key('users'), id).exec());
-    await this.revokeUserTokens(id);
+    // The record first: from then on the user cannot sign in, whatever else fails.
+    await this.write('del', this.key('user', id));
+    await this.write('deleteIfEqual', this.key('user-email', user.email), id);
+    await this.write('srem', this.key('users'), id);
+    await this.revokeIndexed(this.key('idx:user', id), true);
     return true;
   }
 
   async saveAuthorizationCode(digest: string, record: AuthorizationCodeRecord): Promise<void> {
-    await this.saveIndexed(this.key('code', digest), [], '', record.expiresAt, 'hash', record);
+    if (record.expiresAt <= Date.now()) return;
+    await this.write('saveRecord', this.key('code', digest), 'hash', JSON.stringify(record), record.expiresAt);
   }
 
   async consumeAuthorizationCode(digest: string): Promise<Consumed<AuthorizationCodeRecord> | null> {
-    return consumed<AuthorizationCodeRecord>(await this.run(this.redis.consume(this.key('code', digest))));
+    return consumed<AuthorizationCodeRecord>(await this.write('consume', this.key('code', digest)));
   }
 
   async saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void> {
-    await this.saveIndexed(this.key('at', digest), this.indexKeys(record), `at:${digest}`, record.expiresAt, 'string', record);
+    await this.saveIndexed(`at:${digest}`, 'string', record);
   }
 
   async getAccessToken(digest: string): Promise<AccessTokenRecord | null> {
-    return parse<AccessTokenRecord>(await this.run(this.redis.get(this.key('at', digest))));
+    return parse<AccessTokenRecord>(await this.read(() => this.redis.get(this.key('at', digest))));
   }
 
   async saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {
-    await this.saveIndexed(this.key('rt', digest), this.indexKeys(record), `rt:${digest}`, record.expiresAt, 'hash', record);
+    await this.saveIndexed(`rt:${digest}`, 'hash', record);
   }
 
   async getRefreshToken(digest: string): Promise<RefreshTokenRecord | null> {
-    const [record, used] = await this.run(this.redis.hmget(this.key('rt', digest), 'r', 'used'));
+    const [record, used] = await this.read(() => this.redis.hmget(this.key('rt', digest), 'r', 'used'));
     return used === '1' ? null : parse<RefreshTokenRecord>(record ?? null);
   }
 
   async consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null> {
-    return consumed<RefreshTokenRecord>(await this.run(this.redis.consume(this.key('rt', digest))));
+    return consumed<RefreshTokenRecord>(await this.write('consume', this.key('rt', digest)));
   }
 
   async revokeAccessToken(digest: string): Promise<number> {
-    return this.run(this.redis.revoke('', this.prefix, this.channel, Date.now(), `at:${digest}`));
+    return this.removeMembers([`at:${digest}`]);
   }
 
   async revokeRefreshToken(digest: string): Promise<number> {
-    return this.run(this.redis.revoke('', this.prefix, this.channel, Date.now(), `rt:${digest}`));
+    return this.removeMembers([`rt:${digest}`]);
   }
 
   async revokeFamily(familyId: string): Promise<number> {
-    return this.run(this.redis.revoke(this.key('idx:family', familyId), this.prefix, this.channel, Date.now()));
+    // A family revoked is revoked for good: a token of it saved later (a grant in flight) is born revoked.
+    return this.revokeIndexed(this.key('idx:family', familyId), true);
   }
 
   async revokeUserTokens(userId: string): Promise<number> {
-    return this.run(this.redis.revoke(this.key('idx:user', userId), this.prefix, this.channel, Date.now()));
+    return this.revokeIndexed(this.key('idx:user', userId), false);
   }
 
   async revokeClientTokens(clientId: string): Promise<number> {
-    return this.run(this.redis.revoke(this.key('idx:client', clientId), this.prefix, this.channel, Date.now()));
+    return this.revokeIndexed(this.key('idx:client', clientId), false);
   }
 
   async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
-    // A subscribed connection can issue no other command, so revocations get their own.
-    // It waits for its connection however long that takes (offline queue, no timeout, and a
-    // SUBSCRIBE cut off by a drop is sent again).
-    const subscriber = this.redis.duplicate({
-      enableAutoPipelining: false,
-      enableOfflineQueue: true,
-      autoResendUnfulfilledCommands: true,
-      commandTimeout: undefined,
-      maxRetriesPerRequest: null,
-    });
-    subscriber.on('error', () => {});
-    this.subscribers.add(subscriber);
-    // Until the first SUBSCRIBE is answered the feed has not started, so a failed connection
-    // attempt is no interruption: the caller treats the feed as down until this resolves.
-    let established = false;
-    let interrupted = false;
-    subscriber.on('close', () => {
-      if (!established || interrupted || !this.subscribers.has(subscriber)) return;
-      interrupted = true;
-      feed.onInterrupted();
-    });
-    // ioredis re-subscribes by itself after a reconnect, but says 'ready' before that SUBSCRIBE
-    // is answered; the feed is reset once ours is, since from then on nothing is missed. What
-    // was published meanwhile is lost, so the reset tells the feed to forget everything.
-    subscriber.on('ready', () => {
-      if (!interrupted) return;
-      subscriber.subscribe(this.channel).then(
-        () => {
-          if (!interrupted || subscriber.status !== 'ready') return;
-          interrupted = false;
-          feed.onReset();
-        },
-        // Dropped again: 'close' keeps the feed interrupted and the next 'ready' tries again.
-        () => {},
-      );
-    });
-    subscriber.on('message', (channel: string, message: string) => {
-      if (channel !== this.channel) return;
+    const redis = this.redis;
+    const connection: FeedConnection = isCluster(redis)
+      ? new ShardFeedConnection(redis, this.channel, { ...clusterNodeOptions(this.options.connection), connectTimeout: this.options.connectTimeoutMs })
+      : new ClassicFeedConnection(redis, this.channel);
+    this.feeds.add(connection);
+    // Interrupted from the moment the subscription drops. Back (onReset) once it is answered
+    // again AND the store answers commands: a cache that drops everything while it cannot read
+    // the store would turn tokens it could still vouch for into 503s.
+    let up = false;
+    let attempt = 0;
+    connection.onMessage = (message) => {
       const event = parse<RevocationEvent>(message);
       if (event !== null && Array.isArray(event.accessTokens)) feed.onRevoked(event);
-    });
-    await this.run(subscriber.subscribe(this.channel));
-    established = true;
+    };
+    connection.onDown = () => {
+      if (!up) return;
+      up = false;
+      feed.onInterrupted();
+    };
+    connection.onResubscribed = () => {
+      const mine = ++attempt;
+      void this.untilAnswering(() => mine === attempt && this.feeds.has(connection) && connection.subscribed).then((answering) => {
+        if (!answering || up) return;
+        up = true;
+        feed.onReset();
+      });
+    };
+    try {
+      await connection.start();
+    } catch (error) {
+      this.feeds.delete(connection);
+      connection.close();
+      throw new StoreUnavailableError(`redis: the revocation feed did not start: ${(error as Error).message}`, { cause: error });
+    }
+    up = true;
     return async () => {
-      this.subscribers.delete(subscriber);
-      closeSubscriber(subscriber);
+      this.feeds.delete(connection);
+      connection.close();
     };
   }
 
+  /** Pings until the store answers (true) or `wanted` turns false (false). */
+  private async untilAnswering(wanted: () => boolean): Promise<boolean> {
+    for (let pause = 50; wanted(); pause = Math.min(pause * 2, 1_000)) {
+      try {
+        await this.pingEveryMaster();
+        return wanted();
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+    return false;
+  }
+
   async incrementCounter(key: string, windowMs: number): Promise<number> {
-    const counter = this.key('counter', key);
-    const [[, count]] = (await this.run(this.redis.multi().incr(counter).pexpire(counter, windowMs, 'NX').exec())) as [[null, number]];
-    return count;
+    return this.write<number>('increment', this.key('counter', key), windowMs);
   }
 
   async decrementCounter(key: string): Promise<void> {
-    await this.run(this.redis.decrementLive(this.key('counter', key)));
+    await this.write('decrementLive', this.key('counter', key));
   }
 
   async resetCounter(key: string): Promise<void> {
-    await this.run(this.redis.del(this.key('counter', key)));
+    await this.write('del', this.key('counter', key));
   }
 
   async getOrCreateSecret(name: string, candidate: string): Promise<string> {
-    const key = this.key('secret', name);
-    await this.run(this.redis.set(key, candidate, 'NX'));
-    const stored = await this.run(this.redis.get(key));
-    if (stored === null) throw new StoreUnavailableError(`the shared secret ${name} vanished while being created`);
-    return stored;
+    const existing = await this.write<string | null>('set', this.key('secret', name), candidate, 'NX', 'GET');
+    return existing ?? candidate;
   }
 
   async saveSession(digest: string, data: SessionRecord, ttlMs: number): Promise<void> {
-    await this.run(this.redis.set(this.key('session', digest), JSON.stringify(data), 'PX', ttlMs));
+    await this.write('set', this.key('session', digest), JSON.stringify(data), 'PX', ttlMs);
   }
 
   async getSession(digest: string): Promise<SessionRecord | null> {
-    return parse<SessionRecord>(await this.run(this.redis.get(this.key('session', digest))));
+    return parse<SessionRecord>(await this.read(() => this.redis.get(this.key('session', digest))));
   }
 
   async deleteSession(digest: string): Promise<void> {
-    await this.run(this.redis.del(this.key('session', digest)));
+    await this.write('del', this.key('session', digest));
   }
 
   private key(kind: string, id?: string): string {
@@ -358,33 +507,132 @@ export class RedisStore implements Store {
     return keys;
   }
 
-  private async saveIndexed(
-    recordKey: string,
-    indexKeys: string[],
-    member: string,
-    expiresAt: number,
-    kind: 'string' | 'hash',
-    record: unknown,
-  ): Promise<void> {
-    await this.run(this.redis.saveIndexed(1 + indexKeys.length, recordKey, ...indexKeys, member, expiresAt, Date.now(), kind, JSON.stringify(record)));
+  /**
+   * A token and its indexes. On one server (or Sentinel) one script does it all. On a Cluster
+   * the keys live on different slots, so it takes three steps that need no transaction:
+   * 1. it joins every index (refused by a family, user or application marked revoked: the token
+   *    is then born revoked, and nothing is written);
+   * 2. its record is written;
+   * 3. it checks it is still in every index: a revocation that read an index between 1 and 2
+   *    found no record to delete, so the record deletes itself.
+   * A revocation that read the index after 2 deletes the record; one that read it before 1 does
+   * not concern it. Either way no token outlives a revocation it was indexed under.
+   */
+  private async saveIndexed(member: string, kind: 'string' | 'hash', record: AccessTokenRecord | RefreshTokenRecord): Promise<void> {
+    const now = Date.now();
+    if (record.expiresAt <= now) return;
+    const indexes = this.indexKeys(record);
+    const recordKey = `${this.prefix}${member}`;
+    const payload = JSON.stringify(record);
+    if (!isCluster(this.redis)) {
+      await this.write('saveIndexed', 1 + indexes.length, recordKey, ...indexes, member, record.expiresAt, now, kind, payload);
+      return;
+    }
+    const joined = await Promise.all(indexes.map((index) => this.write<number>('indexAdd', index, member, record.expiresAt, now)));
+    if (joined.includes(0)) return;
+    await this.write('saveRecord', recordKey, kind, payload, record.expiresAt);
+    const still = await Promise.all(indexes.map((index) => this.read(() => this.send<number>(this.redis, 'isMember', index, member))));
+    if (still.includes(0)) await this.write('del', recordKey);
   }
 
-  /** Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401. */
-  private async run<T>(command: Promise<T>): Promise<T> {
+  /**
+   * Revocation by index (or of the `members` given): take the members, marking the index
+   * revoked for good when asked, delete their records, then announce the access tokens to every
+   * sidecar, after the deletions, so a sidecar that reads the store on hearing it finds nothing.
+   * One script on one server (or Sentinel); those steps in turn on a Cluster.
+   */
+  private async revokeIndexed(indexKey: string, forGood: boolean): Promise<number> {
+    const markFloor = Date.now() + REVOKED_MARK_MS;
+    if (!isCluster(this.redis)) return this.write<number>('revoke', indexKey, forGood ? '1' : '0', markFloor, this.prefix, this.channel, Date.now());
+    return this.removeMembers(await this.write<string[]>('revokeIndex', indexKey, forGood ? '1' : '0', markFloor));
+  }
+
+  private async removeMembers(members: string[]): Promise<number> {
+    if (!isCluster(this.redis)) return this.write<number>('revoke', '', '0', 0, this.prefix, this.channel, Date.now(), ...members);
+    const removed = await Promise.all(members.map((member) => this.write<number>('del', `${this.prefix}${member}`)));
+    // Announced even when already gone here: another sidecar may still cache them.
+    const accessTokens = members.filter((member) => member.startsWith('at:')).map((member) => member.slice(3));
+    if (accessTokens.length > 0) await this.publish({ accessTokens, publishedAt: Date.now() });
+    return removed.reduce((sum, count) => sum + count, 0);
+  }
+
+  /**
+   * On a Cluster the channel is sharded: the message goes to the master of the channel's slot
+   * alone, which every sidecar subscribes to (docs/store.md explains the choice).
+   */
+  private async publish(event: RevocationEvent): Promise<void> {
+    const message = JSON.stringify(event);
+    await this.run(() => (this.redis as Cluster).spublish(this.channel, message));
+  }
+
+  private async listRecords<T>(setName: string, kind: string): Promise<T[]> {
+    const ids = await this.read(() => this.redis.smembers(this.key(setName)));
+    // One GET per record, not MGET: on a Cluster the records live on different slots.
+    const values = await Promise.all(ids.map((id) => this.read(() => this.redis.get(this.key(kind, id)))));
+    return values.map((value) => parse<T>(value)).filter((record): record is T & {} => record !== null);
+  }
+
+  private read<T>(command: () => Promise<T>): Promise<T> {
+    return this.run(command);
+  }
+
+  /**
+   * One write of one key. With replicas to wait for, it goes out with WAIT on the same
+   * connection, and counts only once that many replicas hold it: a failover then cannot lose it.
+   * A write applied on the master but not confirmed in time fails for its caller (503), like a
+   * write that never arrived: the caller never relies on it.
+   */
+  private write<T = unknown>(command: string, ...args: Argument[]): Promise<T> {
+    const replicas = this.options.waitForReplicas;
+    if (replicas === 0) return this.run(() => this.send<T>(this.redis, command, ...args));
+    return this.run(async () => {
+      const pipeline = this.writer.pipeline() as unknown as PipelineBuilder;
+      pipeline[command]!(...args);
+      pipeline.wait!(replicas, this.options.commandTimeoutMs);
+      const results = await pipeline.exec();
+      if (results === null) throw new Error('the write was discarded');
+      const [[writeError, value], [waitError, acknowledged]] = results as [[Error | null, T], [Error | null, number]];
+      if (writeError !== null) throw writeError;
+      if (waitError !== null) throw waitError;
+      if (acknowledged < replicas) throw new Error(`the write was not confirmed by ${replicas} replica(s) within ${this.options.commandTimeoutMs} ms`);
+      return value;
+    }, this.writer);
+  }
+
+  private send<T>(client: RedisClient, command: string, ...args: Argument[]): Promise<T> {
+    return (client as unknown as CommandSender)[command]!(...args) as Promise<T>;
+  }
+
+  /**
+   * Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401.
+   * On a Cluster, a command that meets a slot's new owner (MOVED) in an auto-pipelined batch is
+   * handed back by ioredis rather than redirected (so is a write followed by WAIT, which the
+   * old master, a replica now, refuses); it was not executed, so it is sent once more after the
+   * client that sent it has read the slot map again.
+   */
+  private async run<T>(command: () => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
     try {
-      return await command;
+      return await command();
     } catch (error) {
-      throw new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
+      if (isCluster(redis) && /^MOVED /.test((error as Error).message ?? '')) {
+        await new Promise<void>((resolve) => redis.refreshSlotsCache(() => resolve()));
+        try {
+          return await command();
+        } catch (again) {
+          throw unavailable(again);
+        }
+      }
+      throw unavailable(error);
     }
   }
 }
 
-/**
- * Disconnects at once: a subscriber has nothing to finish, and QUIT would wait for ever behind
- * a SUBSCRIBE queued while Redis was unreachable (its queue has no retry limit).
- */
-function closeSubscriber(subscriber: Redis): void {
-  subscriber.disconnect();
+function unavailable(error: unknown): StoreUnavailableError {
+  return error instanceof StoreUnavailableError ? error : new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
+}
+
+export function isCluster(client: RedisClient): client is Cluster {
+  return (client as Cluster).isCluster === true;
 }
 
 function parse<T>(value: string | null): T | null {
@@ -396,8 +644,9 @@ function parse<T>(value: string | null): T | null {
   }
 }
 
-function consumed<T>(reply: [string, number] | null): Consumed<T> | null {
-  if (reply === null) return null;
-  const record = parse<T>(reply[0]);
-  return record === null ? null : { record, firstUse: reply[1] === 1 };
+function consumed<T>(reply: unknown): Consumed<T> | null {
+  if (reply === null || !Array.isArray(reply)) return null;
+  const [text, firstUse] = reply as [string, number];
+  const record = parse<T>(text);
+  return record === null ? null : { record, firstUse: firstUse === 1 };
 }

@@ -88,13 +88,21 @@ export interface RevocationFeed {
    */
   onInterrupted(): void;
   /**
-   * The feed was interrupted and is back (a lost Redis subscription): revocations may have been
-   * missed, so a cache must drop everything it holds.
+   * The feed was interrupted and is back (a lost Redis subscription), and the store answers
+   * commands again: revocations may have been missed, so a cache must drop everything it holds.
+   * Not before the store answers, or the cache would drop what it could still vouch for.
    */
   onReset(): void;
 }
 
 export type StoreHealth = 'up' | 'down';
+
+/**
+ * How long a revoked token family, or a deleted user's or application's tokens, stay marked so
+ * that a token of theirs saved afterwards is born revoked, counted past their last token's
+ * expiry: longer than any grant can be in flight.
+ */
+export const REVOKED_MARK_MS = 10 * 60_000;
 
 export interface Store {
   readonly driver: 'memory' | 'redis';

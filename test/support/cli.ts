@@ -60,14 +60,28 @@ export interface ServeProcess {
 
 /** Starts `tokengate serve` and resolves once it logs that both listeners listen. */
 export function startServe(configFile: string, env: Record<string, string> = {}): Promise<ServeProcess> {
-  return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    const exited = new Promise<number | null>((resolveExit) => child.on('close', resolveExit));
+  return spawnServe(configFile, env).listening;
+}
+
+export interface SpawnedServe {
+  child: ChildProcess;
+  /** Everything printed so far, stdout and stderr. */
+  output(): string;
+  /** Resolves once it logs that both listeners listen; rejects if it exits first. */
+  listening: Promise<ServeProcess>;
+  exited: Promise<number | null>;
+}
+
+/** Starts `tokengate serve` and hands it over at once, for a test that watches it start. */
+export function spawnServe(configFile: string, env: Record<string, string> = {}): SpawnedServe {
+  const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const exited = new Promise<number | null>((resolveExit) => child.on('close', resolveExit));
+  const listening = new Promise<ServeProcess>((resolvePromise, reject) => {
     // One process logs both URLs; with server.workers, the workers log the public one and their primary the ops one.
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
@@ -83,6 +97,9 @@ export function startServe(configFile: string, env: Record<string, string> = {})
     child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
     void exited.then((code) => reject(new Error(`tokengate serve exited with ${code} before listening:\n${output}`)));
   });
+  // A test that expects the exit handles it through `exited`.
+  listening.catch(() => {});
+  return { child, output: () => output, listening, exited };
 }
 
 /**

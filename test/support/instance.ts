@@ -7,6 +7,7 @@ import type { AccessTokenRecord, AuthorizationCodeRecord, Store } from '../../sr
 import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';
 import { USER_TOKEN } from './gateway.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './redis.js';
+import { deleteTopologyPrefix, openTopologyStore, type TestTopology } from './topologies.js';
 
 /** A whole tokengate (through the config loader, so its checks run) listening on free loopback ports. */
 export interface RunningTokengate {
@@ -15,6 +16,8 @@ export interface RunningTokengate {
   readonly store: Store;
   /** The Redis key prefix of its data (or of the instance it shares; unused when a `store` was given). */
   readonly prefix: string;
+  /** The local Cluster or Sentinel set-up its store runs on; undefined for the shared standalone Redis. */
+  readonly topology: TestTopology | undefined;
   /** Public listener, e.g. http://127.0.0.1:41234 (no trailing slash). */
   readonly baseUrl: string;
   /** Port of the public listener (for raw sockets). */
@@ -45,6 +48,8 @@ export interface StartOptions {
   logger?: Logger;
   /** Runs before the listeners bind: a test adds routes of its own to `tokengate.app` here. */
   beforeListen?: (tokengate: Tokengate) => void;
+  /** Run on a local Cluster or Sentinel set-up instead of the shared Redis (a `sharing` instance takes the other's). */
+  topology?: TestTopology;
 }
 
 export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
@@ -65,7 +70,8 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   const config = parseConfig(JSON.stringify(sections), `test config (${label})`, {});
   const ownsData = options.store === undefined && options.sharing === undefined;
   const prefix = options.sharing?.prefix ?? uniquePrefix(label);
-  const unwrapped = options.store ?? createTestRedisStore(prefix);
+  const topology = options.sharing?.topology ?? options.topology;
+  const unwrapped = options.store ?? (topology === undefined ? createTestRedisStore(prefix) : await openTopologyStore(topology, prefix));
   const store = options.wrap?.(unwrapped) ?? unwrapped;
   const tokengate = await buildTokengate(config, { store, logger: options.logger });
   options.beforeListen?.(tokengate);
@@ -74,6 +80,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
     tokengate,
     store,
     prefix,
+    topology,
     baseUrl: publicUrl,
     port: Number(new URL(publicUrl).port),
     opsUrl,
@@ -86,7 +93,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
     async close() {
       await tokengate.close();
       await unwrapped.close();
-      if (ownsData) await deletePrefix(prefix);
+      if (ownsData) await (topology === undefined ? deletePrefix(prefix) : deleteTopologyPrefix(topology, prefix));
     },
   };
 }

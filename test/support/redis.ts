@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { RedisStore } from '../../src/store/redis.js';
+import type { RedisConnection } from '../../src/store/redis-topology.js';
 
 export const REDIS_URL = process.env.TOKENGATE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
@@ -9,8 +10,23 @@ export function uniquePrefix(label: string): string {
   return `tokengate-test:${label}:${randomBytes(6).toString('hex')}:`;
 }
 
-export function createTestRedisStore(prefix: string, overrides: Partial<{ commandTimeoutMs: number; url: string }> = {}): RedisStore {
-  return new RedisStore({ url: overrides.url ?? REDIS_URL, keyPrefix: prefix, commandTimeoutMs: overrides.commandTimeoutMs ?? 1_000, connectTimeoutMs: 2_000 });
+export interface TestStoreOptions {
+  commandTimeoutMs: number;
+  /** A standalone Redis (default: the shared one). */
+  url: string;
+  /** Another topology instead of `url` (a local Cluster or Sentinel set-up). */
+  connection: RedisConnection;
+  waitForReplicas: number;
+}
+
+export function createTestRedisStore(prefix: string, overrides: Partial<TestStoreOptions> = {}): RedisStore {
+  return new RedisStore({
+    connection: overrides.connection ?? { topology: { kind: 'standalone', url: overrides.url ?? REDIS_URL } },
+    keyPrefix: prefix,
+    commandTimeoutMs: overrides.commandTimeoutMs ?? 1_000,
+    connectTimeoutMs: 2_000,
+    waitForReplicas: overrides.waitForReplicas ?? 0,
+  });
 }
 
 /** Deletes every key under `prefix` (tests clean up after themselves). */

@@ -15,22 +15,32 @@ export class ThrowawayRedis {
   private constructor(readonly port: number) {}
 
   static async start(): Promise<ThrowawayRedis> {
-    const redis = new ThrowawayRedis(await freePort());
+    const redis = await ThrowawayRedis.notStarted();
     await redis.restart();
     return redis;
+  }
+
+  /** One with its port chosen but not running yet: restart() starts it. */
+  static async notStarted(): Promise<ThrowawayRedis> {
+    return new ThrowawayRedis(await freePort());
   }
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}`;
   }
 
-  /** Starts it (again, on the same port) and resolves once it answers PING. */
-  async restart(): Promise<void> {
+  /**
+   * Starts it (again, on the same port) and resolves once it answers PING, as `probeUrl` when
+   * given (`extraArgs` may take PING away from the default user).
+   */
+  async restart(extraArgs: string[] = [], probeUrl = this.url): Promise<void> {
     if (this.process !== null) throw new Error('the throwaway redis-server is already running');
-    this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+    this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
+      stdio: 'ignore',
+    });
     const deadline = Date.now() + 5_000;
     for (;;) {
-      const probe = new Redis(this.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+      const probe = new Redis(probeUrl, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
       probe.on('error', () => {});
       try {
         await probe.connect();

@@ -1,0 +1,114 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { slotOf } from '../src/store/redis-feed.js';
+import { lagReplicaThenFailOver, runFailover, saveCode, summarize, ROUTE } from './support/failover.js';
+import { startUpstream, type Upstream } from './support/gateway.js';
+import { registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import type { RedisNode } from './support/redis-cluster.js';
+import { valueOf } from './support/metrics.js';
+import { uniquePrefix } from './support/redis.js';
+import { openTopologyStore, startClusterTopology } from './support/topologies.js';
+
+/**
+ * A Cluster master is killed under traffic through two sidecars; its replica takes over. What
+ * the clients saw is counted (test/support/failover.ts): no wrong answer, and 503s only while
+ * the cluster has no master for some of its slots or no replica to confirm a write.
+ */
+
+let topology: Awaited<ReturnType<typeof startClusterTopology>>;
+let upstream: Upstream;
+const sidecars: RunningTokengate[] = [];
+
+beforeAll(async () => {
+  [topology, upstream] = await Promise.all([startClusterTopology(), startUpstream()]);
+}, 60_000);
+afterAll(async () => {
+  for (const sidecar of sidecars.reverse()) await sidecar.close().catch(() => {});
+  await upstream?.close();
+  await topology?.stop();
+});
+
+describe('Redis Cluster: a master fails over under traffic', () => {
+  it('costs 503s while its slots have no master, and no wrong answer', { timeout: 120_000 }, async () => {
+    const config = { routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }] };
+    const first = await startTokengate('failover-cluster', { topology, config });
+    sidecars.push(first);
+    sidecars.push(await startTokengate('failover-cluster-2', { sharing: first, config }));
+    const application = await registerApplication(first.store);
+    const userId = await registerUser(first.store);
+    const { cluster } = topology;
+    // The master that carries the revocation feed: both sidecars' subscriptions have to move.
+    const victim: RedisNode = await cluster.masterOfSlot(slotOf(`${first.prefix}revocations`));
+    if (process.env.TOKENGATE_FAILOVER_REPORT)
+      process.stdout.write(
+        `victim ${victim.port}: ${String(await victim.command('CLIENT', 'LIST'))
+          .split('\n')
+          .filter((line) => line.includes('revocations'))
+          .join(' | ')}\n`,
+      );
+    const resets = () => Promise.all(sidecars.map((sidecar) => valueOf(sidecar.tokengate.context.metrics.cacheResets)));
+    const resetsBefore = await resets();
+
+    const report = await runFailover(
+      { first, second: sidecars[1]!, application, newCode: () => saveCode(first, application, userId) },
+      {
+        fail: () => victim.kill(),
+        promoted: () => cluster.waitUntilHealthy(),
+        // An orchestrator restarts the lost node; it rejoins as the new master's replica, and
+        // writes are confirmed again.
+        replicaBack: async () => {
+          await victim.start();
+          await cluster.waitUntilHealthy();
+        },
+      },
+    );
+    if (process.env.TOKENGATE_FAILOVER_REPORT) process.stdout.write(`${summarize('Redis Cluster', report)}\n`);
+
+    expect(report.validRefused).toBe(0);
+    expect(report.revokedAccepted).toBe(0);
+    expect(report.codesRedeemedTwice).toBe(0);
+    expect(report.refreshTokensUsedTwice).toBe(0);
+    expect(report.unexpected).toEqual([]);
+    expect(report.afterwards).toMatchObject({ validRefused: 0, revokedAccepted: 0 });
+    expect(report.afterwards.valid).toBeGreaterThan(30);
+    // Traffic went on through the failover, and the 503s stopped once the replica was back.
+    // Cached valid tokens were answered while the master was gone.
+    expect(report.gatewayWhileFailing.valid[200]).toBeGreaterThan(0);
+    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.replicaBackMs + 1_000);
+    // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
+    expect(resetsBefore).toEqual([0, 0]);
+    expect(await resets()).toEqual([1, 1]);
+  });
+
+  it('acknowledges no write its replica has not confirmed: one acknowledged by the master alone is lost with it', { timeout: 60_000 }, async () => {
+    const { cluster } = topology;
+    await cluster.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-cluster-wait');
+    const confirmed = await openTopologyStore(topology, prefix, { waitForReplicas: 1, commandTimeoutMs: 300 });
+    const unconfirmed = await openTopologyStore(topology, prefix, { waitForReplicas: 0, commandTimeoutMs: 300 });
+    try {
+      const master = (await cluster.masters())[0]!;
+      const onMaster = async (key: (candidate: string) => string) => {
+        for (;;) {
+          const candidate = randomBytes(16).toString('hex');
+          if ((await cluster.masterOfSlot(slotOf(key(candidate)))) === master) return candidate;
+        }
+      };
+      const digests: [string, string] = [await onMaster((digest) => `${prefix}at:${digest}`), await onMaster((digest) => `${prefix}at:${digest}`)];
+      const result = await lagReplicaThenFailOver({
+        confirmed,
+        unconfirmed,
+        master,
+        replica: await cluster.replicaOf(master),
+        fillerKey: `${prefix}${await onMaster((name) => `${prefix}${name}`)}`,
+        digests,
+        promoted: () => cluster.waitUntilHealthy(),
+      });
+      expect(result).toEqual({ unconfirmedSave: 'acknowledged', confirmedSave: 'failed', afterFailover: [null, null] });
+      await master.start();
+      await cluster.waitUntilHealthy();
+    } finally {
+      await Promise.all([confirmed.close(), unconfirmed.close()]);
+    }
+  });
+});

@@ -1,0 +1,108 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ROUTE, lagReplicaThenFailOver, runFailover, saveCode, summarize } from './support/failover.js';
+import { startUpstream, type Upstream } from './support/gateway.js';
+import { registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import { valueOf } from './support/metrics.js';
+import { uniquePrefix } from './support/redis.js';
+import { openTopologyStore, startSentinelTopology } from './support/topologies.js';
+import { eventually } from './support/wait.js';
+
+/**
+ * The Sentinel master is killed under traffic through two sidecars; the sentinels promote the
+ * replica. What the clients saw is counted (test/support/failover.ts): no wrong answer, and 503s
+ * only while there is no master, or no replica to confirm a write.
+ */
+
+let topology: Awaited<ReturnType<typeof startSentinelTopology>>;
+let upstream: Upstream;
+const sidecars: RunningTokengate[] = [];
+
+beforeAll(async () => {
+  [topology, upstream] = await Promise.all([startSentinelTopology(), startUpstream()]);
+}, 60_000);
+afterAll(async () => {
+  for (const sidecar of sidecars.reverse()) await sidecar.close().catch(() => {});
+  await upstream?.close();
+  await topology?.stop();
+});
+
+describe('Redis Sentinel: the master fails over under traffic', () => {
+  it('costs 503s while there is no master, and no wrong answer', { timeout: 120_000 }, async () => {
+    const config = { routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }] };
+    const first = await startTokengate('failover-sentinel', { topology, config });
+    sidecars.push(first);
+    sidecars.push(await startTokengate('failover-sentinel-2', { sharing: first, config }));
+    const application = await registerApplication(first.store);
+    const userId = await registerUser(first.store);
+    const { sentinel } = topology;
+    const victim = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== victim)!;
+    const resets = () => Promise.all(sidecars.map((sidecar) => valueOf(sidecar.tokengate.context.metrics.cacheResets)));
+    expect(await resets()).toEqual([0, 0]);
+
+    const report = await runFailover(
+      { first, second: sidecars[1]!, application, newCode: () => saveCode(first, application, userId) },
+      {
+        fail: () => victim.kill(),
+        promoted: () => sentinel.waitUntilHealthy(successor),
+        // An orchestrator restarts the lost server as a replica of the master the sentinels name.
+        replicaBack: async () => {
+          await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+          await sentinel.waitUntilHealthy(successor);
+        },
+      },
+    );
+    if (process.env.TOKENGATE_FAILOVER_REPORT) process.stdout.write(`${summarize('Redis Sentinel', report)}\n`);
+
+    expect(report.validRefused).toBe(0);
+    expect(report.revokedAccepted).toBe(0);
+    expect(report.codesRedeemedTwice).toBe(0);
+    expect(report.refreshTokensUsedTwice).toBe(0);
+    expect(report.unexpected).toEqual([]);
+    expect(report.afterwards).toMatchObject({ validRefused: 0, revokedAccepted: 0 });
+    expect(report.afterwards.valid).toBeGreaterThan(30);
+    // Cached valid tokens were answered while the master was gone.
+    expect(report.gatewayWhileFailing.valid[200]).toBeGreaterThan(0);
+    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.replicaBackMs + 1_000);
+    // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
+    expect(await resets()).toEqual([1, 1]);
+  });
+
+  it('acknowledges no write its replica has not confirmed: one acknowledged by the master alone is lost with it', { timeout: 60_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-wait');
+    const confirmed = await openTopologyStore(topology, prefix, { waitForReplicas: 1, commandTimeoutMs: 300 });
+    const unconfirmed = await openTopologyStore(topology, prefix, { waitForReplicas: 0, commandTimeoutMs: 300 });
+    try {
+      const master = await sentinel.currentMaster();
+      const replica = sentinel.servers.find((server) => server !== master)!;
+      const result = await lagReplicaThenFailOver({
+        confirmed,
+        unconfirmed,
+        master,
+        replica,
+        fillerKey: `${prefix}filler`,
+        digests: [randomBytes(32).toString('hex'), randomBytes(32).toString('hex')],
+        promoted: async () => {
+          await sentinel.waitUntilHealthy(replica);
+          // The stores follow the sentinels to the new master.
+          await eventually(
+            () =>
+              confirmed.ping().then(
+                () => true,
+                () => false,
+              ),
+            10_000,
+          );
+        },
+      });
+      expect(result).toEqual({ unconfirmedSave: 'acknowledged', confirmedSave: 'failed', afterFailover: [null, null] });
+      await master.start(['--replicaof', '127.0.0.1', String(replica.port)]);
+      await sentinel.waitUntilHealthy(replica);
+    } finally {
+      await Promise.all([confirmed.close(), unconfirmed.close()]);
+    }
+  });
+});
