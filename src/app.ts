@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
+import { createDecisionListener, type DecisionListener } from './decisions/index.js';
 import { TokengateError, isTokengateError, rawErrorResponse } from './errors.js';
 import { registerGateway } from './gateway/index.js';
 import { registerAuthorization } from './issuer/authorize/index.js';
@@ -29,8 +30,10 @@ export interface Tokengate {
   readonly app: FastifyInstance;
   /** Ops listener: /healthz, /readyz, /metrics, admin API. */
   readonly ops: FastifyInstance;
-  /** Binds both listeners as configured; resolves with their URLs. */
-  listen(): Promise<{ publicUrl: string; opsUrl: string }>;
+  /** Decision listener (an ingress's token checks); null unless decisions.enabled. */
+  readonly decisions: DecisionListener | null;
+  /** Binds the listeners as configured; resolves with their URLs. */
+  listen(): Promise<{ publicUrl: string; opsUrl: string; decisionsUrl: string | null }>;
   /** Stops accepting, lets in-flight requests finish, closes the store. */
   close(): Promise<void>;
 }
@@ -88,17 +91,21 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own.
   if (config.issuer.enabled) await registerAuthorization(app, context);
   if (config.issuer.enabled) await registerIssuer(app, context);
-  await registerGateway(app, context);
+  const gateway = await registerGateway(app, context);
+  // The decision listener shares the gateway's route table and header rules (one compile).
+  const decisions = config.decisions.enabled ? createDecisionListener(context, gateway) : null;
 
   let closed = false;
   return {
     context,
     app,
     ops,
+    decisions,
     async listen() {
       const publicUrl = await app.listen({ host: config.server.host, port: config.server.port });
       const opsUrl = await ops.listen({ host: config.admin.host, port: config.admin.port });
-      return { publicUrl, opsUrl };
+      const decisionsUrl = decisions === null ? null : await decisions.listen();
+      return { publicUrl, opsUrl, decisionsUrl };
     },
     async close() {
       if (closed) return;
@@ -111,7 +118,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
         ops.server.closeIdleConnections();
       }, IDLE_SWEEP_MS);
       try {
-        await Promise.all([app.close(), ops.close()]);
+        await Promise.all([app.close(), ops.close(), decisions?.close()]);
       } finally {
         clearInterval(idleSweep);
       }

@@ -16,7 +16,7 @@ import { StartupError } from './store/open-store.js';
 
 export const COMMANDS: Record<string, Command> = {
   serve: {
-    summary: 'Start the issuer, the gateway and the ops listener.',
+    summary: 'Start the issuer, the gateway, the ops listener and (when enabled) the decision listener.',
     usage: 'tokengate serve [--config FILE]',
     options: configOption,
     async run(values) {
@@ -26,9 +26,12 @@ export const COMMANDS: Record<string, Command> = {
       const tokengate = await buildTokengate(config);
       const log = tokengate.context.log;
       for (const warning of configWarnings(config)) log.warn(warning);
-      const { publicUrl, opsUrl } = await tokengate.listen();
+      const { publicUrl, opsUrl, decisionsUrl } = await tokengate.listen();
       const issuerUrl = config.issuer.enabled ? config.issuer.issuerUrl : undefined;
-      log.info({ publicUrl, opsUrl, issuerUrl, store: config.store.driver, routes: config.routes.length }, 'tokengate listening');
+      log.info(
+        { publicUrl, opsUrl, decisionsUrl: decisionsUrl ?? undefined, issuerUrl, store: config.store.driver, routes: config.routes.length },
+        'tokengate listening',
+      );
       await new Promise<void>((resolve) => {
         const stop = (signal: NodeJS.Signals) => {
           log.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');

@@ -5,22 +5,30 @@ import type { TokengateContext } from '../context.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
 import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
-import { compileRouteTable } from './route-table.js';
-import { compileHeaderRules } from './upstream-headers.js';
+import { compileRouteTable, type RouteTable } from './route-table.js';
+import { compileHeaderRules, type HeaderRules } from './upstream-headers.js';
 import { handleUpgrades, isUpgrade, isWebSocketUpgrade } from './upgrade.js';
+
+/** What the gateway compiled at start and the decision listener shares: one route table, one set of header rules. */
+export interface CompiledGateway {
+  readonly table: RouteTable<ForwardTarget>;
+  readonly rules: HeaderRules;
+}
 
 /**
  * The gateway: every request to a configured route prefix is checked, then forwarded.
  * Registered as its own encapsulated plugin: its catch-all route and its pass-through body
  * parser stay inside it. The issuer's routes are more specific and win in the router.
  */
-export async function registerGateway(app: FastifyInstance, context: TokengateContext): Promise<void> {
+export async function registerGateway(app: FastifyInstance, context: TokengateContext): Promise<CompiledGateway> {
+  let compiled: CompiledGateway | undefined;
   await app.register(async function gateway(scope) {
     const { server, gateway } = context.config;
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
     const rules = compileHeaderRules(gateway, server.trustProxy);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
     const table = compileRouteTable(context.config, context.metrics, forwarder.createTarget);
+    compiled = { table, rules };
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
     scope.addHook('onClose', () => forwarder.close());
 
@@ -62,6 +70,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       // 0. where: the normalized path picks the route and is exactly what the upstream receives.
       const located = locate(table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
       if (isDenial(located)) return refuse(request, reply, located);
+      if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
       if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
       // 1-3. extract -> verify -> authorize: one RFC 6750 credential, a valid token, the route's kind and scopes.
@@ -79,4 +88,5 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       return undefined;
     }
   });
+  return compiled!;
 }
