@@ -384,7 +384,7 @@ describe('decision logs', () => {
       { level: 40, msg: 'decision listener could not check the request', reason: 'store_unavailable', reqId: 'outage-1', listener: 'decisions' },
       {
         level: 40,
-        msg: 'decision listener could not read the original request from the ingress',
+        msg: 'the ingress did not ask as the decision listener expects',
         reason: 'missing_original_request',
         reqId: 'misconfigured-1',
         listener: 'decisions',

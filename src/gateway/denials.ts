@@ -232,6 +232,6 @@ export function logDenial(log: Pick<Logger, 'warn' | 'debug'>, listener: 'gatewa
   const spec: DenialSpec = DENIALS[denial.reason];
   if (spec.outcome === 'failed') log.warn(fields, 'upstream did not answer');
   else if (denial.status >= 500) log.warn(fields, `${listener} could not check the request`);
-  else if (spec.only === 'decisions') log.warn(fields, 'decision listener could not read the original request from the ingress');
+  else if (spec.only === 'decisions') log.warn(fields, 'the ingress did not ask as the decision listener expects');
   else log.debug(fields, `${listener} refused the request`);
 }
