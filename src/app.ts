@@ -8,6 +8,7 @@ import { checkRoutes } from './config/routes.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
+import { createDecisionListener, type DecisionListener } from './decisions/index.js';
 import { jsonErrorHandler, TokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
 import { createListenerGuard } from './http/listener-limits.js';
@@ -41,8 +42,10 @@ export interface Tokengate {
   readonly app: FastifyInstance;
   /** Ops listener: /healthz, /readyz, /metrics, admin API. */
   readonly ops: FastifyInstance;
-  /** Binds the listeners it serves as configured; resolves with their URLs ('' for one it does not serve). */
-  listen(): Promise<{ publicUrl: string; opsUrl: string }>;
+  /** Decision listener (an ingress's token checks); null unless decisions.enabled and this process serves the public side. */
+  readonly decisions: DecisionListener | null;
+  /** Binds the listeners it serves as configured; resolves with their URLs ('' for one it does not serve, null for decisions off). */
+  listen(): Promise<{ publicUrl: string; opsUrl: string; decisionsUrl: string | null }>;
   /**
    * Applies a new config between two requests: `load` reads and validates it whole (a
    * ConfigError it throws, or a route the running issuer overlaps, keeps the running config, and
@@ -159,6 +162,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     });
   }
   const gatewayRoutes = servesPublic ? await registerGateway(app, context) : null;
+  // The decision listener shares the gateway's route table and header rules (one compile, one reload).
+  const decisions = gatewayRoutes !== null && config.decisions.enabled ? createDecisionListener(context, gatewayRoutes) : null;
   let closed = false;
 
   function reload(load: () => Readonly<Config>): ReloadOutcome {
@@ -205,11 +210,13 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     context,
     app,
     ops,
+    decisions,
     reload,
     async listen() {
       const publicUrl = servesPublic ? await app.listen({ host: config.server.host, port: config.server.port }) : '';
       const opsUrl = servesOps ? await ops.listen({ host: config.admin.host, port: config.admin.port }) : '';
-      return { publicUrl, opsUrl };
+      const decisionsUrl = decisions === null ? null : await decisions.listen();
+      return { publicUrl, opsUrl, decisionsUrl };
     },
     async close() {
       if (closed) return;
@@ -222,7 +229,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
         ops.server.closeIdleConnections();
       }, IDLE_SWEEP_MS);
       try {
-        await Promise.all([app.close(), ops.close()]);
+        await Promise.all([app.close(), ops.close(), decisions?.close()]);
       } finally {
         clearInterval(idleSweep);
       }
@@ -243,7 +250,7 @@ function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>):
     return { problems: [{ path: '', message: (error as Error).message }] };
   }
   // The file's routes were checked against its own issuer.enabled; they meet the running issuer.
-  const problems = checkRoutes(config.routes, { issuerEnabled: running.issuer.enabled });
+  const problems = checkRoutes(config.routes, { issuerEnabled: running.issuer.enabled, decisionsEnabled: running.decisions.enabled });
   return problems.length > 0 ? { problems } : { config };
 }
 

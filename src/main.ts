@@ -17,7 +17,7 @@ import { describeTopology, redisConnection } from './store/redis-topology.js';
 
 export const COMMANDS: Record<string, Command> = {
   serve: {
-    summary: 'Start the issuer, the gateway and the ops listener.',
+    summary: 'Start the issuer, the gateway, the ops listener and (when enabled) the decision listener.',
     usage: 'tokengate serve [--config FILE]',
     options: configOption,
     async run(values) {

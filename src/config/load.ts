@@ -187,7 +187,20 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
   if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
     problems.push({ path: 'admin.port', message: "the ops listener cannot share the public listener's address and port" });
   }
-  problems.push(...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled }), ...checkGatewayHeaders(config.gateway));
+  if (config.decisions.enabled && config.decisions.port !== 0) {
+    for (const [name, listener] of [
+      ['public', config.server],
+      ['ops', config.admin],
+    ] as const) {
+      if (config.decisions.port === listener.port && config.decisions.host === listener.host) {
+        problems.push({ path: 'decisions.port', message: `the decision listener cannot share the ${name} listener's address and port` });
+      }
+    }
+  }
+  problems.push(
+    ...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled, decisionsEnabled: config.decisions.enabled }),
+    ...checkGatewayHeaders(config.gateway),
+  );
   return problems;
 }
 

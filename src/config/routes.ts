@@ -16,7 +16,7 @@ const ISSUER_PREFIXES = ['/oauth', '/.well-known'];
  * that are not scope tokens, and upstream URLs that are not plain origins. Nested prefixes are
  * fine: the longest matching prefix wins.
  */
-export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEnabled: boolean }): ConfigProblem[] {
+export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEnabled: boolean; decisionsEnabled: boolean }): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   const seen = new Map<string, number>();
   routes.forEach((route, index) => {
@@ -53,8 +53,12 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
     });
     if (route.upstream !== undefined && route.upstreams !== undefined) {
       problems.push({ path: at, message: 'give either upstream or upstreams, not both' });
-    } else if (route.upstream === undefined && route.upstreams === undefined) {
-      problems.push({ path: `${at}.upstream`, message: 'required key is missing (or give upstreams.user / upstreams.application)' });
+    } else if (route.upstream === undefined && route.upstreams === undefined && !options.decisionsEnabled) {
+      // With the decision listener on, a route may be an ingress's alone: decided there, forwarded by the ingress.
+      problems.push({
+        path: `${at}.upstream`,
+        message: 'required key is missing (or give upstreams.user / upstreams.application; only with decisions.enabled may a route have neither)',
+      });
     }
     if (route.upstream !== undefined) checkUpstreamUrl(route.upstream, `${at}.upstream`, problems);
     if (route.upstreams !== undefined) {

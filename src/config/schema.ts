@@ -217,6 +217,16 @@ export const GatewaySchema = closed({
   }),
 });
 
+export const DecisionsSchema = closed({
+  enabled: Type.Boolean({
+    default: false,
+    description:
+      "Answer an ingress's token checks (nginx auth_request, Envoy ext_authz, Traefik ForwardAuth, Caddy forward_auth) on a listener of their own, with the gateway's routes and checks but no forwarding.",
+  }),
+  host: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address the decision listener binds to; only the ingress should reach it.' }),
+  port: Type.Integer({ minimum: 0, maximum: 65535, default: 9191, description: 'Port of the decision listener; 0 picks a free one.' }),
+});
+
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
@@ -228,7 +238,12 @@ export const RouteSchema = Type.Object(
     }),
     token: oneOf(['user', 'application', 'any'] as const, 'user', 'Kind of token the route accepts.'),
     scopes: Type.Array(Type.String(), { default: [], uniqueItems: true, description: 'Scopes the token must all hold.' }),
-    upstream: Type.Optional(Type.String({ description: 'Upstream base URL every accepted token goes to.' })),
+    upstream: Type.Optional(
+      Type.String({
+        description:
+          'Upstream base URL every accepted token goes to. Optional while `decisions.enabled`: a route without upstreams is only decided for an ingress (the gateway answers it 404).',
+      }),
+    ),
     upstreams: Type.Optional(
       Type.Object(
         {
@@ -241,6 +256,11 @@ export const RouteSchema = Type.Object(
     timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
     allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
     allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
+    allowQueryTokenThroughIngress: Type.Boolean({
+      default: false,
+      description:
+        'On the decision listener, accept `access_token` in the query as `allowQueryToken` does. The ingress forwards the query as the client sent it, token included.',
+    }),
   },
   { additionalProperties: false },
 );
@@ -262,6 +282,7 @@ export const ConfigSchema = Type.Object(
     issuer: IssuerSchema,
     cache: CacheSchema,
     gateway: GatewaySchema,
+    decisions: DecisionsSchema,
     routes: Type.Array(RouteSchema, { default: [] }),
     logging: LoggingSchema,
   },
@@ -275,3 +296,4 @@ export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
 export type LoggingConfig = Static<typeof LoggingSchema>;
+export type DecisionsConfig = Static<typeof DecisionsSchema>;

@@ -3,22 +3,53 @@ import type { RouteConfig } from '../config/schema.js';
 import { bearerChallenge, ERRORS, renderError, TokengateError, type ErrorCode } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { RouteRequests } from '../observability/requests.js';
-import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
+import { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 
 /**
- * Every answer the gateway gives instead of the upstream's, by its stable `reason` (the access
- * log's field and the `reason` label of tokengate_gateway_requests_total). Each names its error in
- * src/errors.ts, whether it carries an RFC 6750 section 3 challenge (`bare`: no credential was
- * presented, so no error code; `error`: with the error code and description), and its outcome
- * label: `denied` before forwarding, `failed` when the upstream did not answer.
+ * Every answer the gateway or the decision listener gives instead of the upstream's, by its
+ * stable `reason` (the log field and the `reason` label of tokengate_gateway_requests_total and
+ * tokengate_decisions_total). Each names its error in src/errors.ts, whether it carries an
+ * RFC 6750 section 3 challenge (`bare`: no credential was presented, so no error code; `error`:
+ * with the error code and description), and its outcome label: `denied` before forwarding,
+ * `failed` when the upstream did not answer. `only` marks the answers one listener alone gives
+ * (the other neither counts nor exports them).
  */
+interface DenialSpec {
+  code: ErrorCode;
+  challenge: 'none' | 'bare' | 'error';
+  outcome: 'denied' | 'failed';
+  description?: string;
+  only?: 'gateway' | 'decisions';
+}
+
 const DENIALS = {
   invalid_path: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied' },
-  too_many_headers: { code: 'HEADERS_TOO_LARGE', challenge: 'none', outcome: 'denied', description: 'The request has too many header fields.' },
+  too_many_headers: {
+    code: 'HEADERS_TOO_LARGE',
+    challenge: 'none',
+    outcome: 'denied',
+    description: 'The request has too many header fields.',
+    only: 'gateway',
+  },
   not_found: { code: 'NOT_FOUND', challenge: 'none', outcome: 'denied' },
+  missing_original_request: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied', only: 'decisions' },
+  unknown_endpoint: { code: 'NOT_FOUND', challenge: 'none', outcome: 'denied', only: 'decisions' },
+  not_forwarded: {
+    code: 'NOT_FOUND',
+    challenge: 'none',
+    outcome: 'denied',
+    description: 'This route is served through an ingress, not by this listener.',
+    only: 'gateway',
+  },
   method_not_allowed: { code: 'METHOD_NOT_ALLOWED', challenge: 'none', outcome: 'denied' },
-  unsupported_upgrade: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied', description: 'Only WebSocket upgrades of GET requests are supported.' },
+  unsupported_upgrade: {
+    code: 'INVALID_REQUEST',
+    challenge: 'none',
+    outcome: 'denied',
+    description: 'Only WebSocket upgrades of GET requests are supported.',
+    only: 'gateway',
+  },
   token_missing: { code: 'TOKEN_MISSING', challenge: 'bare', outcome: 'denied' },
   malformed_credential: {
     code: 'INVALID_REQUEST',
@@ -51,8 +82,14 @@ const DENIALS = {
     outcome: 'denied',
     description: 'The access_token query parameter is accepted on GET and HEAD requests only.',
   },
-  invalid_body: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied', description: 'The request body does not match its Content-Type.' },
-  body_too_large: { code: 'BODY_TOO_LARGE', challenge: 'none', outcome: 'denied' },
+  invalid_body: {
+    code: 'INVALID_REQUEST',
+    challenge: 'none',
+    outcome: 'denied',
+    description: 'The request body does not match its Content-Type.',
+    only: 'gateway',
+  },
+  body_too_large: { code: 'BODY_TOO_LARGE', challenge: 'none', outcome: 'denied', only: 'gateway' },
   malformed_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   forged_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   unknown_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
@@ -60,19 +97,21 @@ const DENIALS = {
   store_unavailable: { code: 'STORE_UNAVAILABLE', challenge: 'none', outcome: 'denied' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
-  upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed' },
-  upstream_timeout: { code: 'UPSTREAM_TIMEOUT', challenge: 'none', outcome: 'failed' },
-} as const satisfies Record<string, { code: ErrorCode; challenge: 'none' | 'bare' | 'error'; outcome: 'denied' | 'failed'; description?: string }>;
+  upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed', only: 'gateway' },
+  upstream_timeout: { code: 'UPSTREAM_TIMEOUT', challenge: 'none', outcome: 'failed', only: 'gateway' },
+} as const satisfies Record<string, DenialSpec>;
 
 export type DenialReason = keyof typeof DENIALS;
 /** Reasons decided before a route is known; every other reason belongs to a route. */
-type UnroutedReason = 'invalid_path' | 'too_many_headers' | 'not_found';
+const UNROUTED = ['invalid_path', 'too_many_headers', 'not_found', 'missing_original_request', 'unknown_endpoint'] as const satisfies readonly DenialReason[];
+const UNROUTED_REASONS: ReadonlySet<DenialReason> = new Set(UNROUTED);
+type UnroutedReason = (typeof UNROUTED)[number];
 export type RouteDenialReason = Exclude<DenialReason, UnroutedReason>;
 
 /**
  * A denial compiled at start: the whole response (status, headers, JSON body, rendered once by
- * the one error renderer) and the metric children to count it with, so refusing builds no
- * error, header or label per request.
+ * the one error renderer) and the metric children each listener counts it with, so refusing
+ * builds no error, header or label per request.
  */
 export interface Denial {
   readonly reason: DenialReason;
@@ -80,10 +119,23 @@ export interface Denial {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
   readonly body: string;
+  /** The gateway's: tokengate_gateway_requests_total and its duration. */
   readonly count: CounterSlot;
   readonly duration: HistogramSlot;
-  /** The route's request counters and access log. */
+  /** The decision listener's: tokengate_decisions_total and its duration. */
+  readonly decisionCount: CounterSlot;
+  readonly decisionDuration: HistogramSlot;
+  /** The gateway's request counters and access log of the route. */
   readonly requests: RouteRequests;
+}
+
+/** Where an answer a listener never gives (or a listener that is off) is "counted": in no registry. */
+export const UNCOUNTED = { count: new CounterSlot(), duration: new HistogramSlot([]) } as const;
+
+/** Which listeners count denials: the gateway always, the decision listener when it is on. */
+export interface DenialMetrics {
+  readonly metrics: Metrics;
+  readonly decisions: boolean;
 }
 
 export interface UnroutedDenials {
@@ -93,24 +145,39 @@ export interface UnroutedDenials {
 }
 
 /** The denials of requests that matched no route; `requests` counts them under the route label `(none)`. */
-export function compileUnroutedDenials(metrics: Metrics, requests: RouteRequests): UnroutedDenials {
+export function compileUnroutedDenials(counted: DenialMetrics, requests: RouteRequests): UnroutedDenials {
   const invalidPath = new Map<PathRefusal, Denial>();
   for (const refusal of Object.values(PATH_REFUSALS)) {
-    invalidPath.set(refusal, compileDenial('invalid_path', { description: refusal.description }, metrics, requests));
+    invalidPath.set(refusal, compileDenial('invalid_path', { description: refusal.description }, counted, requests));
   }
   return {
-    notFound: compileDenial('not_found', {}, metrics, requests),
-    tooManyHeaders: compileDenial('too_many_headers', { headers: { connection: 'close' } }, metrics, requests),
+    notFound: compileDenial('not_found', {}, counted, requests),
+    tooManyHeaders: compileDenial('too_many_headers', { headers: { connection: 'close' } }, counted, requests),
     invalidPath,
   };
 }
 
+/** An answer of the decision listener alone, before any route is known (the ingress's check request is not what it reads). */
+export function compileDecisionListenerDenial(
+  reason: 'missing_original_request' | 'unknown_endpoint',
+  description: string | undefined,
+  metrics: Metrics,
+  requests: RouteRequests,
+): Denial {
+  return compileDenial(reason, { description }, { metrics, decisions: true }, requests);
+}
+
 /** Every denial of one route, with its label, its Allow header and the scopes its challenge names. */
-export function compileRouteDenials(route: RouteConfig, realm: string, metrics: Metrics, requests: RouteRequests): Readonly<Record<RouteDenialReason, Denial>> {
+export function compileRouteDenials(
+  route: RouteConfig,
+  realm: string,
+  counted: DenialMetrics,
+  requests: RouteRequests,
+): Readonly<Record<RouteDenialReason, Denial>> {
   const denials = {} as Record<RouteDenialReason, Denial>;
   for (const reason of Object.keys(DENIALS) as DenialReason[]) {
-    if (reason === 'invalid_path' || reason === 'too_many_headers' || reason === 'not_found') continue;
-    const spec: { code: ErrorCode; challenge: string; description?: string } = DENIALS[reason];
+    if (UNROUTED_REASONS.has(reason)) continue;
+    const spec: DenialSpec = DENIALS[reason];
     const description = reason === 'wrong_token_kind' ? `This route requires ${route.token === 'user' ? 'a user' : 'an application'} token.` : spec.description;
     const failure = { error: ERRORS[spec.code].error, description: description ?? ERRORS[spec.code].description };
     const headers: Record<string, string> = {};
@@ -119,7 +186,7 @@ export function compileRouteDenials(route: RouteConfig, realm: string, metrics: 
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
     // The client may not drain a refused body: close the connection instead of reading it.
     if (reason === 'body_too_large') headers.connection = 'close';
-    denials[reason] = compileDenial(reason, { description, headers }, metrics, requests);
+    denials[reason as RouteDenialReason] = compileDenial(reason, { description, headers }, counted, requests);
   }
   return denials;
 }
@@ -127,18 +194,22 @@ export function compileRouteDenials(route: RouteConfig, realm: string, metrics: 
 function compileDenial(
   reason: DenialReason,
   options: { description?: string | undefined; headers?: Record<string, string> },
-  metrics: Metrics,
+  { metrics, decisions }: DenialMetrics,
   requests: RouteRequests,
 ): Denial {
-  const spec: { code: ErrorCode; outcome: string; description?: string } = DENIALS[reason];
-  const rendered = renderError(new TokengateError(spec.code, { description: options.description ?? spec.description, headers: options.headers }));
   const label = requests.route;
+  const spec: DenialSpec = DENIALS[reason];
+  const rendered = renderError(new TokengateError(spec.code, { description: options.description ?? spec.description, headers: options.headers }));
+  const byGateway = spec.only !== 'decisions';
+  const byDecisions = decisions && spec.only !== 'gateway';
   return {
     reason,
     route: label,
     ...rendered,
-    count: metrics.gatewayRequests.labels(label, spec.outcome, reason),
-    duration: metrics.gatewayDuration.labels(label),
+    count: byGateway ? metrics.gatewayRequests.labels(label, spec.outcome, reason) : UNCOUNTED.count,
+    duration: byGateway ? metrics.gatewayDuration.labels(label) : UNCOUNTED.duration,
+    decisionCount: byDecisions ? metrics.decisions.labels(label, spec.outcome, reason) : UNCOUNTED.count,
+    decisionDuration: byDecisions ? metrics.decisionDuration.labels(label) : UNCOUNTED.duration,
     requests,
   };
 }
@@ -162,4 +233,10 @@ export function countDenial(request: FastifyRequest, reply: FastifyReply, denial
   denial.count.inc();
   denial.duration.observe(reply.elapsedTime / 1000);
   denial.requests.completed(request, reply, denial.status, denial.reason, null, error);
+}
+
+/** An answer only a misconfigured ingress causes (a check request without the original request's headers, an unknown endpoint). */
+export function isIngressMistake(denial: Denial): boolean {
+  const spec: DenialSpec = DENIALS[denial.reason];
+  return spec.only === 'decisions';
 }

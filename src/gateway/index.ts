@@ -7,11 +7,18 @@ import { RouteRequests } from '../observability/requests.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
 import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
-import { compileRouteTable } from './route-table.js';
-import { compileHeaderRules } from './upstream-headers.js';
+import { compileRouteTable, type RouteTable } from './route-table.js';
+import { compileHeaderRules, type HeaderRules } from './upstream-headers.js';
 import { handleUpgrades, isUpgrade, isWebSocketUpgrade } from './upgrade.js';
 
+/**
+ * The gateway as the rest of tokengate uses it: its route table and header rules (the decision
+ * listener checks requests against the same ones), and the config reload's way to replace them.
+ */
 export interface GatewayRoutes {
+  /** The routes in effect: read it for each request, a reload replaces it. */
+  readonly table: RouteTable<ForwardTarget>;
+  readonly rules: HeaderRules;
   /**
    * Compiles the routes of `config` and puts them in place of the running ones, whole, in one
    * assignment: requests from then on are matched against them, and requests already matched
@@ -42,6 +49,10 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       );
     let table = compile(context.config);
     routes = {
+      get table() {
+        return table;
+      },
+      rules,
       replace(config) {
         table = compile(config);
         forwarder.retainOnly(config.routes);
@@ -88,6 +99,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       // 0. where: the normalized path picks the route and is exactly what the upstream receives.
       const located = locate(table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
       if (isDenial(located)) return refuse(request, reply, located);
+      if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
       if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
       // 1-3. extract -> verify -> authorize: one RFC 6750 credential, a valid token, the route's kind and scopes.

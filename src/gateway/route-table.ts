@@ -4,7 +4,8 @@ import type { Metrics } from '../observability/metrics.js';
 import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
-import { compileRouteDenials, compileUnroutedDenials, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
+import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
+import { compileRouteDenials, compileUnroutedDenials, UNCOUNTED, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
 
 /** One configured route, compiled at start: everything a request needs is a field read away. */
 export interface GatewayRoute<Target> {
@@ -19,11 +20,22 @@ export interface GatewayRoute<Target> {
   readonly allowBodyToken: boolean;
   /** Where each kind of token goes; null for a kind the route refuses. */
   readonly targets: Readonly<Record<TokenKind, Target | null>>;
+  /** False for a route without upstreams: only the decision listener decides it, the gateway answers 404. */
+  readonly forwarded: boolean;
   readonly denials: Readonly<Record<RouteDenialReason, Denial>>;
   /** Its request counters and access log. */
   readonly requests: RouteRequests;
   /** Segments, below this prefix, of the more specific routes nested under it (usually none). */
   readonly nested: ReadonlyArray<readonly string[]>;
+  /** The decision listener's count and time of the checks it allowed on this route. */
+  readonly decisionAllowed: CounterSlot;
+  readonly decisionDuration: HistogramSlot;
+  /**
+   * The same route as the decision listener applies it. An ingress passes no body to the check,
+   * and forwards the query exactly as the client sent it, token included: a query token only
+   * with allowQueryTokenThroughIngress, a body token never.
+   */
+  readonly throughIngress: GatewayRoute<Target>;
 }
 
 export interface RouteTable<Target> {
@@ -34,6 +46,8 @@ export interface RouteTable<Target> {
   match(path: string): GatewayRoute<Target> | PathRefusal | null;
   readonly unrouted: UnroutedDenials;
 }
+
+type Mutable<T> = { -readonly [Key in keyof T]: T[Key] };
 
 /** Builds the forwarding target of one route and token kind (upstream origin, timeout, metrics, failure answers). */
 export type TargetFactory<Target> = (spec: {
@@ -46,8 +60,9 @@ export type TargetFactory<Target> = (spec: {
 
 /**
  * Compiles config.routes (already checked by checkRoutes at load) into the table requests are
- * matched against. `requestsOf` gives the request counters and access log of a route label
- * (a prefix, or `(none)` for requests that match no route).
+ * matched against. One table serves both the gateway and the decision listener; its denials
+ * carry the metric children of each. `requestsOf` gives the request counters and access log of a
+ * route label (a prefix, or `(none)` for requests that match no route).
  */
 export function compileRouteTable<Target>(
   config: Readonly<Config>,
@@ -55,38 +70,55 @@ export function compileRouteTable<Target>(
   createTarget: TargetFactory<Target>,
   requestsOf: (label: string) => RouteRequests,
 ): RouteTable<Target> {
+  const counted = { metrics, decisions: config.decisions.enabled };
   const routes = config.routes.map((route): GatewayRoute<Target> => {
     const prefix = normalizePrefix(route.path);
     if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
     const requests = requestsOf(prefix);
-    const denials = compileRouteDenials(route, config.gateway.realm, metrics, requests);
+    const denials = compileRouteDenials(route, config.gateway.realm, counted, requests);
     const upstreamFor = (kind: TokenKind): string | undefined =>
       route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream);
     const targetFor = (kind: TokenKind): Target | null => {
       const upstream = upstreamFor(kind);
       return upstream === undefined ? null : createTarget({ route, label: prefix, upstream, denials, requests });
     };
-    return {
+    const targets = { user: targetFor('user'), application: targetFor('application') };
+    const nested = config.routes
+      .map((other) => normalizePrefix(other.path)!)
+      .filter((other) => other !== prefix && other.startsWith(prefix === '/' ? '/' : `${prefix}/`))
+      .map((other) => other.slice(prefix === '/' ? 1 : prefix.length + 1).split('/'));
+    const decisionAllowed = config.decisions.enabled ? metrics.decisions.labels(prefix, 'allowed', 'ok') : UNCOUNTED.count;
+    const decisionDuration = config.decisions.enabled ? metrics.decisionDuration.labels(prefix) : UNCOUNTED.duration;
+    const methods = new Set(route.methods);
+    const forwarded = targets.user !== null || targets.application !== null;
+    // Both views have the same fields in the same order, so the check sees one object shape.
+    const view = (allowQueryToken: boolean, allowBodyToken: boolean): Mutable<GatewayRoute<Target>> => ({
       prefix,
       below: prefix === '/' ? '/' : `${prefix}/`,
-      methods: new Set(route.methods),
+      methods,
       token: route.token,
       scopes: route.scopes,
-      allowQueryToken: route.allowQueryToken,
-      allowBodyToken: route.allowBodyToken,
-      targets: { user: targetFor('user'), application: targetFor('application') },
+      allowQueryToken,
+      allowBodyToken,
+      targets,
+      forwarded,
       denials,
       requests,
-      nested: config.routes
-        .map((other) => normalizePrefix(other.path)!)
-        .filter((other) => other !== prefix && other.startsWith(prefix === '/' ? '/' : `${prefix}/`))
-        .map((other) => other.slice(prefix === '/' ? 1 : prefix.length + 1).split('/')),
-    };
+      nested,
+      decisionAllowed,
+      decisionDuration,
+      throughIngress: null as unknown as GatewayRoute<Target>, // set below, once both views exist
+    });
+    const throughIngress = view(route.allowQueryToken && route.allowQueryTokenThroughIngress, false);
+    throughIngress.throughIngress = throughIngress;
+    const gateway = view(route.allowQueryToken, route.allowBodyToken);
+    gateway.throughIngress = throughIngress;
+    return gateway;
   });
   // Longest prefix first, so the first match is the most specific route.
   routes.sort((a, b) => b.prefix.length - a.prefix.length);
   return {
-    unrouted: compileUnroutedDenials(metrics, requestsOf(UNROUTED)),
+    unrouted: compileUnroutedDenials(counted, requestsOf(UNROUTED)),
     match(path) {
       for (const route of routes) {
         if (path === route.prefix || path.startsWith(route.below)) {

@@ -19,7 +19,7 @@ import type { Metrics } from '../observability/metrics.js';
  *   too before its listeners see it.
  */
 
-export type ListenerName = 'public' | 'ops';
+export type ListenerName = 'public' | 'ops' | 'decisions';
 
 export interface ListenerLimits {
   /** Time a client has to send a whole request, head and body. */
@@ -41,6 +41,8 @@ export interface ListenerGuard {
   };
   /** Puts the connection limits, the CONNECT answer and the ordering of answers on the listener's server; call it before anything else listens for connections. */
   attach(instance: FastifyInstance): void;
+  /** The same on a plain node:http server, whose `clientError` is the guard's too (a listener without fastify: no upgrades to order). */
+  attachServer(server: Server): void;
 }
 
 /**
@@ -249,7 +251,31 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
     settle(guarded);
   }
 
+  function guardServer(server: Server): void {
+    // Connections over a limit are answered here and never reach node's HTTP parser, so the
+    // parser's own connection listener runs only for the admitted ones.
+    const parserListeners = server.listeners('connection') as Array<(socket: Socket) => void>;
+    server.removeAllListeners('connection');
+    server.on('connection', (socket: Socket) => {
+      const refusal = admit(socket);
+      if (refusal !== undefined) return refuse(socket, refusal);
+      for (const listener of parserListeners) listener.call(server, socket);
+    });
+    // First, so that an answer a handler gives at once is counted too.
+    server.prependListener('request', trackAnswer);
+    // Without a listener node closes a CONNECT's connection without a word.
+    server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
+      socket.on('error', ignore);
+      connectMethod.count.inc();
+      whenAnswered(socket as GuardedSocket, () => closeAfter(socket, connectMethod.answer, false));
+    });
+  }
+
   return {
+    attachServer(server) {
+      server.on('clientError', onClientError);
+      guardServer(server);
+    },
     serverOptions(http = {}) {
       const requestTimeout = limits.requestTimeoutMs;
       return {
@@ -265,23 +291,7 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
 
     attach(instance) {
       const server = instance.server as Server;
-      // Connections over a limit are answered here and never reach node's HTTP parser, so the
-      // parser's own connection listener runs only for the admitted ones.
-      const parserListeners = server.listeners('connection') as Array<(socket: Socket) => void>;
-      server.removeAllListeners('connection');
-      server.on('connection', (socket: Socket) => {
-        const refusal = admit(socket);
-        if (refusal !== undefined) return refuse(socket, refusal);
-        for (const listener of parserListeners) listener.call(server, socket);
-      });
-      // First, so that an answer a handler gives at once is counted too.
-      server.prependListener('request', trackAnswer);
-      // Without a listener node closes a CONNECT's connection without a word.
-      server.on('connect', (_request: IncomingMessage, socket: Duplex) => {
-        socket.on('error', ignore);
-        connectMethod.count.inc();
-        whenAnswered(socket as GuardedSocket, () => closeAfter(socket, connectMethod.answer, false));
-      });
+      guardServer(server);
       // Node hands a pipelined upgrade to its listeners at once, while the answers before it are
       // still being written on the same socket (a response assigned to that socket then throws).
       // The listeners, all registered by now, run once those answers are out. Without any,

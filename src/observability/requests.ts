@@ -80,33 +80,32 @@ export class RouteRequests {
    * timeout, a body cut short), which the access log takes like a 5xx whatever status was sent.
    */
   completed(request: FastifyRequest, reply: FastifyReply, status: number, reason?: string, token?: TokenIdentity | null, error?: string): void {
-    const method = request.raw.method!;
+    this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error);
+  }
+
+  /** The same, for a listener without fastify's request and reply (the decision listener): `log` is the request's logger. */
+  record(method: string, status: number, durationMs: number, log: RequestLogger, reason?: string, token?: TokenIdentity | null, error?: string): void {
     const methodIndex = METHOD_INDEX.get(method) ?? OTHER_METHOD;
     const classIndex = statusClass(status);
     const index = methodIndex * STATUS_CLASSES + classIndex;
     (this.counts[index] ??= this.counter.labels(this.listener, this.route, METHODS[methodIndex]!, `${classIndex}xx`)).inc();
-    if ((error === undefined ? status : 500) >= this.log.minStatus) this.write(request, reply, method, status, reason, token, error);
-  }
-
-  private write(
-    request: FastifyRequest,
-    reply: FastifyReply,
-    method: string,
-    status: number,
-    reason: string | undefined,
-    token: TokenIdentity | null | undefined,
-    error: string | undefined,
-  ): void {
-    const line: AccessLine = { route: this.route, method, status, durationMs: Math.round(reply.elapsedTime * 1000) / 1000 };
+    if ((error === undefined ? status : 500) < this.log.minStatus) return;
+    const line: AccessLine = { route: this.route, method, status, durationMs: Math.round(durationMs * 1000) / 1000 };
     if (reason !== undefined) line.reason = reason;
     if (token !== undefined && token !== null) {
       line.tokenKind = token.kind;
       line.clientId = token.clientId;
     }
     if (error !== undefined) line.error = error;
-    if (status >= 500 || error !== undefined) request.log.warn(line, 'request completed');
-    else request.log.info(line, 'request completed');
+    if (status >= 500 || error !== undefined) log.warn(line, 'request completed');
+    else log.info(line, 'request completed');
   }
+}
+
+/** What an access log line is written through: a request's logger. */
+export interface RequestLogger {
+  warn(fields: object, message: string): void;
+  info(fields: object, message: string): void;
 }
 
 /** Upstream response times of one route by the status class of the answer, each slot resolved on first use. */

@@ -24,6 +24,8 @@ export interface RunningTokengate {
   readonly port: number;
   /** Ops listener. */
   readonly opsUrl: string;
+  /** Decision listener, when the config enables it (`decisions: { enabled: true }`); null otherwise. */
+  readonly decisionsUrl: string | null;
   /** Mints a token of this deployment and stores its record: a token as the issuer would make it. */
   issue(record?: Partial<AccessTokenRecord>): Promise<string>;
   /** Stops it, closes its store and deletes the data it made. */
@@ -56,6 +58,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   const defaults: Record<string, Record<string, unknown>> = {
     server: { host: '127.0.0.1', port: options.port ?? 0 },
     admin: { host: '127.0.0.1', port: 0 },
+    decisions: { host: '127.0.0.1', port: 0 },
     store: { driver: 'redis' },
     issuer: {
       tokenTagKey: options.sharing?.tokengate.context.config.issuer.tokenTagKey ?? generateTagKey(),
@@ -75,7 +78,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
   const store = options.wrap?.(unwrapped) ?? unwrapped;
   const tokengate = await buildTokengate(config, { store, logger: options.logger });
   options.beforeListen?.(tokengate);
-  const { publicUrl, opsUrl } = await tokengate.listen();
+  const { publicUrl, opsUrl, decisionsUrl } = await tokengate.listen();
   return {
     tokengate,
     store,
@@ -84,6 +87,7 @@ export async function startTokengate(label: string, options: StartOptions = {}):
     baseUrl: publicUrl,
     port: Number(new URL(publicUrl).port),
     opsUrl,
+    decisionsUrl,
     async issue(record = {}) {
       const token = tokengate.context.minter.mint();
       const now = Date.now();

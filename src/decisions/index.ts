@@ -1,0 +1,206 @@
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import type { TokengateContext } from '../context.js';
+import { renderError, TokengateError } from '../errors.js';
+import { check, isDenial, locate, type Checked } from '../gateway/check.js';
+import { isIngressMistake, type Denial } from '../gateway/denials.js';
+import type { GatewayRoutes } from '../gateway/index.js';
+import type { GatewayRoute } from '../gateway/route-table.js';
+import { createListenerGuard } from '../http/listener-limits.js';
+import { RouteRequests, UNROUTED } from '../observability/requests.js';
+import { originalRequestReader } from './original-request.js';
+
+/**
+ * The decision listener: the gateway's check without the forwarding, for an ingress that asks
+ * before it proxies (nginx auth_request, Envoy ext_authz, Traefik ForwardAuth, Caddy
+ * forward_auth). Each check request names an original request (./original-request.ts), which
+ * goes through the same steps as a gateway request, on the same route table:
+ *
+ *   where (normalize the path, match a route, check the method) -> extract -> verify -> authorize
+ *
+ * and is answered 200 with the identity headers, for the ingress to copy onto the request it
+ * forwards, or with the gateway's own error answer, for the ingress to pass to the client.
+ *
+ * Plain node:http, not fastify: every request the ingress serves costs one of these, and the
+ * answer is a status and a few headers, so nothing of a framework is needed on this path.
+ */
+export interface DecisionListener {
+  readonly server: Server;
+  /** Binds decisions.host and decisions.port; resolves with the listener's URL. */
+  listen(): Promise<string>;
+  /** Stops accepting, lets the checks in flight finish, closes the ingress's idle connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * Longer than the idle timeout of the ingresses' upstream connections (nginx keepalive_timeout
+ * 60 s): the ingress, not tokengate, closes an idle connection, so it never reuses one that
+ * tokengate is closing at the same moment.
+ */
+export const DECISION_KEEP_ALIVE_MS = 72_000;
+/** During shutdown, how often connections that finished their last check are closed. */
+const IDLE_SWEEP_MS = 50;
+/** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
+const BODY_HEADER = 'x-tokengate-error-body';
+
+export function createDecisionListener(context: TokengateContext, gateway: GatewayRoutes): DecisionListener {
+  const { config } = context;
+  const { rules } = gateway;
+  const log = context.log.child({ listener: 'decisions' });
+  const requestIdHeader = config.gateway.requestIdHeader.toLowerCase();
+  const userIdHeader = config.gateway.identityHeaders.userId.toLowerCase();
+  // Its own request counters and access log lines, by route label (a bounded set: the routes and `(none)`).
+  const routeRequests = new Map<string, RouteRequests>();
+  const requestsOf = (label: string): RouteRequests => {
+    let requests = routeRequests.get(label);
+    if (requests === undefined) {
+      requests = new RouteRequests(context.metrics.requests, context.requestLog, 'decisions', label);
+      routeRequests.set(label, requests);
+    }
+    return requests;
+  };
+  const readOriginalRequest = originalRequestReader(context.metrics, requestsOf(UNROUTED));
+  const internal = renderError(new TokengateError('INTERNAL'));
+  // Each denial's response headers as the listener sends them, built on first use: a bounded set (one per compiled denial).
+  const refusalHeaders = { withBody: new Map<Denial, string[]>(), plain: new Map<Denial, string[]>() };
+
+  // The public listener's limits: timeouts, connection caps, and node's own refusals answered in order.
+  const guard = createListenerGuard(
+    'decisions',
+    {
+      requestTimeoutMs: config.server.requestTimeoutMs,
+      maxConnections: config.server.maxConnections,
+      maxConnectionsPerAddress: config.server.maxConnectionsPerAddress,
+      methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    },
+    context.metrics,
+  );
+  const server = createServer(guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }).http, decide);
+  server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
+  guard.attachServer(server);
+
+  function decide(request: IncomingMessage, response: ServerResponse): void {
+    const started = performance.now();
+    const sentId = request.headers[requestIdHeader];
+    const requestId = typeof sentId === 'string' && sentId !== '' ? sentId : randomUUID();
+    const original = readOriginalRequest(request);
+    if (isDenial(original)) return refuse(request, response, original, false, requestId, started);
+    // 0. where. The header count is not checked: the ingress builds both the check request and
+    // the request the upstream receives, so the check request's fields say nothing about the latter.
+    const located = locate(gateway.table, original.method, original.target, 0, 0);
+    const withBody = original.endpoint === 'authRequest';
+    if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started);
+    // 1-3. extract -> verify -> authorize, with the route as an ingress applies it (no body, no query token unless allowed).
+    const route = located.route.throughIngress;
+    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0);
+    if (checked instanceof Promise) {
+      checked.then(
+        (outcome) => answer(request, response, route, outcome, withBody, requestId, started),
+        (error: unknown) => fail(response, error, requestId),
+      );
+    } else {
+      answer(request, response, route, checked, withBody, requestId, started);
+    }
+  }
+
+  function answer(
+    request: IncomingMessage,
+    response: ServerResponse,
+    route: GatewayRoute<unknown>,
+    checked: Checked | Denial,
+    withBody: boolean,
+    requestId: string,
+    started: number,
+  ): void {
+    if (isDenial(checked)) return refuse(request, response, checked, withBody, requestId, started);
+    const { token } = checked;
+    const headers = rules.identity(token, requestId);
+    // Every identity header, empty when it does not apply: an ingress that copies only the
+    // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
+    if (token.userId === null) headers.push(userIdHeader, '');
+    headers.push('content-length', '0');
+    response.writeHead(200, headers);
+    response.end();
+    const elapsedMs = performance.now() - started;
+    route.decisionAllowed.inc();
+    route.decisionDuration.observe(elapsedMs / 1000);
+    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, requestLog(requestId), undefined, token);
+  }
+
+  const requestLog = (requestId: string) => new CheckRequestLog(log, requestId);
+
+  /** `withBody`: the answer goes to nginx, which drops its body; the body goes in a header too. */
+  function refuse(request: IncomingMessage, response: ServerResponse, denial: Denial, withBody: boolean, requestId: string, started: number): void {
+    const elapsedMs = performance.now() - started;
+    denial.decisionCount.inc();
+    denial.decisionDuration.observe(elapsedMs / 1000);
+    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, requestLog(requestId), denial.reason);
+    // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
+    if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');
+    const cache = withBody ? refusalHeaders.withBody : refusalHeaders.plain;
+    let headers = cache.get(denial);
+    if (headers === undefined) {
+      headers = headersOf(denial, withBody);
+      cache.set(denial, headers);
+    }
+    response.writeHead(denial.status, [...headers, requestIdHeader, requestId]);
+    response.end(denial.body);
+  }
+
+  // A store error is a denial (503); anything else is a bug, answered as the public listener's error handler answers it.
+  function fail(response: ServerResponse, error: unknown, requestId: string): void {
+    log.error({ err: error, reqId: requestId }, 'unhandled error');
+    response.writeHead(internal.status, { ...internal.headers, [requestIdHeader]: requestId });
+    response.end(internal.body);
+  }
+
+  return {
+    server,
+    listen() {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(config.decisions.port, config.decisions.host, () => {
+          server.off('error', reject);
+          const { address, port, family } = server.address() as AddressInfo;
+          resolve(`http://${family === 'IPv6' ? `[${address}]` : address}:${port}`);
+        });
+      });
+    },
+    async close() {
+      if (!server.listening) return;
+      // Keep-alive connections whose check was in flight when close() started become idle later.
+      const idleSweep = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
+      try {
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      } finally {
+        clearInterval(idleSweep);
+      }
+    },
+  };
+}
+
+/** A denial's headers as the decision listener sends them (a flat list; the request id is added per answer). */
+function headersOf(denial: Denial, withBody: boolean): string[] {
+  const headers = Object.entries(denial.headers).flat();
+  if (withBody) headers.push(BODY_HEADER, denial.body);
+  headers.push('content-length', String(Buffer.byteLength(denial.body)));
+  return headers;
+}
+
+/** The access log of one check request: its request id beside the line's fields. */
+class CheckRequestLog {
+  constructor(
+    private readonly log: Logger,
+    private readonly requestId: string,
+  ) {}
+
+  warn(fields: object, message: string): void {
+    this.log.warn({ reqId: this.requestId, ...fields }, message);
+  }
+
+  info(fields: object, message: string): void {
+    this.log.info({ reqId: this.requestId, ...fields }, message);
+  }
+}

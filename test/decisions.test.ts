@@ -1,0 +1,387 @@
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { ConfigError, parseConfig } from '../src/config/load.js';
+import { loggerOptions } from '../src/observability/logger.js';
+import { tokenDigest } from '../src/token/token-value.js';
+import { APPLICATION_TOKEN, countingStore, startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
+import { exchange, type WireResponse } from './support/ingress.js';
+import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { observationsOf, valueOf } from './support/metrics.js';
+import { acceptsConnections, freePort } from './support/ports.js';
+import { createTestRedisStore, uniquePrefix } from './support/redis.js';
+
+/**
+ * The decision listener on its own, asked the way each ingress asks (raw HTTP, headers exactly
+ * as given), and compared with what the gateway answers for the same request.
+ */
+
+const REALM = 'ticketing';
+type Endpoint = 'authRequest' | 'forwardAuth' | 'extAuthz';
+const ENDPOINTS: Endpoint[] = ['authRequest', 'forwardAuth', 'extAuthz'];
+
+let upstream: Upstream;
+let running: RunningTokengate;
+let decisionsPort: number;
+let storeReads: { getAccessToken: number };
+let tokens: { user: string; application: string; staff: string };
+
+function routes(upstreamUrl: string) {
+  return [
+    { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: upstreamUrl },
+    { path: '/api/public/tickets', token: 'user', scopes: ['public'], upstream: upstreamUrl },
+    { path: '/api/public/events', token: 'application', scopes: ['public'], upstream: upstreamUrl },
+    { path: '/api/staff', token: 'any', scopes: ['public', 'staff'], upstream: upstreamUrl },
+    { path: '/api/ingress-only', token: 'any', scopes: [] },
+    { path: '/api/stream', methods: ['GET'], token: 'user', allowQueryTokenThroughIngress: true, upstream: upstreamUrl },
+    { path: '/api/closed-stream', methods: ['GET'], token: 'user', allowQueryToken: false, allowQueryTokenThroughIngress: true, upstream: upstreamUrl },
+  ];
+}
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  running = await startTokengate('decisions', {
+    config: { gateway: { realm: REALM }, decisions: { enabled: true }, routes: routes(upstream.url) },
+    wrap(store) {
+      const counting = countingStore(store);
+      storeReads = counting.calls;
+      return counting.store;
+    },
+  });
+  decisionsPort = Number(new URL(running.decisionsUrl!).port);
+  tokens = {
+    user: await running.issue(),
+    application: await running.issue(APPLICATION_TOKEN),
+    staff: await running.issue({ scopes: ['public', 'staff'] }),
+  };
+});
+
+afterAll(async () => {
+  await running?.close();
+  await upstream?.close();
+});
+
+type Headers = Array<[string, string]>;
+const bearer = (token: string): [string, string] => ['Authorization', `Bearer ${token}`];
+
+/** Asks the decision listener about a request, the way the ingress of `endpoint` asks. */
+function decide(endpoint: Endpoint, method: string, target: string, headers: Headers = [], port = decisionsPort, body = ''): Promise<WireResponse> {
+  switch (endpoint) {
+    case 'authRequest':
+      return exchange(port, 'GET', '/auth-request', [['X-Original-Method', method], ['X-Original-URI', target], ...headers]);
+    case 'forwardAuth':
+      return exchange(port, 'GET', '/forward-auth', [
+        ['X-Forwarded-Method', method],
+        ['X-Forwarded-Uri', target],
+        ['X-Forwarded-Host', 'api.test'],
+        ...headers,
+      ]);
+    case 'extAuthz':
+      return exchange(port, method, `/ext-authz${target}`, headers, body);
+  }
+}
+
+/** What a client is told: everything but the body of a forwarded request, which is the upstream's. */
+function told(response: WireResponse) {
+  return {
+    status: response.status,
+    body: response.status === 200 ? null : response.json(),
+    challenge: response.header('www-authenticate'),
+    allow: response.header('allow'),
+    retryAfter: response.header('retry-after'),
+    cacheControl: response.status === 200 ? null : response.header('cache-control'),
+  };
+}
+
+describe('the decision listener', () => {
+  it('answers every endpoint exactly as the gateway answers the same request', async () => {
+    const cases: Array<[string, string, Headers]> = [
+      ['GET', '/api/public/me', [bearer(tokens.user)]],
+      ['HEAD', '/api/public/me', [bearer(tokens.user)]],
+      ['GET', '/api/public/me', [bearer(tokens.application)]],
+      ['GET', '/api/public/me', []],
+      ['GET', '/api/public/me', [['Authorization', 'Basic dXNlcjpwYXNz']]],
+      ['GET', '/api/public/me', [bearer(`${tokens.user.slice(0, -4)}AAAA`)]],
+      ['GET', '/api/public/me', [bearer(running.tokengate.context.minter.mint())]],
+      ['GET', '/api/public/me', [bearer('not-a-token')]],
+      ['GET', '/api/public/me', [['Authorization', 'Bearer a b']]],
+      ['GET', '/api/public/me', [bearer(tokens.user), bearer(tokens.user)]],
+      ['GET', '/api/public/me?ACCESS_TOKEN=x', [bearer(tokens.user)]],
+      ['DELETE', '/api/public/me', [bearer(tokens.user)]],
+      ['GET', '/api/nowhere', [bearer(tokens.user)]],
+      ['GET', '/api/public/meow', [bearer(tokens.user)]],
+      ['GET', '/api/public/me/../events', [bearer(tokens.user)]],
+      ['GET', '/api/public/me/%2e%2e/events', [bearer(tokens.user)]],
+      ['GET', '/api/public//events', [bearer(tokens.application)]],
+      ['GET', '/api/public/events/%2Fx', [bearer(tokens.application)]],
+      ['GET', '/api/public/%65vents', [bearer(tokens.user)]],
+      ['GET', '/api/public/events', [bearer(tokens.application)]],
+      ['POST', '/api/public/tickets', [bearer(tokens.user)]],
+      ['GET', '/api/staff/rota', [bearer(tokens.staff)]],
+      ['GET', '/api/staff/rota', [bearer(tokens.user)]],
+    ];
+    for (const [method, target, headers] of cases) {
+      const gateway = told(await exchange(running.port, method, target, headers));
+      for (const endpoint of ENDPOINTS) {
+        const decision = told(await decide(endpoint, method, target, headers));
+        expect({ endpoint, method, target, ...decision }).toEqual({ endpoint, method, target, ...gateway });
+      }
+    }
+  });
+
+  it('answers an allowed check 200 with every identity header, empty where it does not apply, and the request id', async () => {
+    const user = await decide('authRequest', 'GET', '/api/public/me', [bearer(tokens.user), ['X-Request-Id', 'trace-7']]);
+    expect({ status: user.status, body: user.body, length: user.header('content-length') }).toEqual({ status: 200, body: '', length: '0' });
+    expect(
+      Object.fromEntries(['x-auth-user-id', 'x-auth-client-id', 'x-auth-scope', 'x-auth-token-kind', 'x-request-id'].map((name) => [name, user.header(name)])),
+    ).toEqual({
+      'x-auth-user-id': USER_TOKEN.userId,
+      'x-auth-client-id': USER_TOKEN.clientId,
+      'x-auth-scope': 'public',
+      'x-auth-token-kind': 'user',
+      'x-request-id': 'trace-7',
+    });
+    // An ingress that copies only the headers present (Envoy) would otherwise keep a client's own user id.
+    const application = await decide('extAuthz', 'GET', '/api/public/events', [bearer(tokens.application)]);
+    expect(application.status).toBe(200);
+    expect(application.all('x-auth-user-id')).toEqual(['']);
+    expect(application.header('x-auth-token-kind')).toBe('application');
+    expect(application.header('x-request-id')).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  });
+
+  it("reads the original request from its endpoint's convention alone, never from another ingress's headers", async () => {
+    const elsewhere: Headers = [
+      ['X-Original-URI', '/api/public/me'],
+      ['X-Original-Method', 'GET'],
+      ['X-Forwarded-Uri', '/api/public/me'],
+      ['X-Forwarded-Method', 'GET'],
+    ];
+    const onlyOwn = async (endpoint: Endpoint) => {
+      const own = endpoint === 'authRequest' ? 'x-original-' : endpoint === 'forwardAuth' ? 'x-forwarded-' : null;
+      return (
+        await decide(endpoint, 'GET', '/api/public/events', [
+          bearer(tokens.user),
+          ...elsewhere.filter(([name]) => own === null || !name.toLowerCase().startsWith(own)),
+        ])
+      ).status;
+    };
+    // The user token may use /api/public/me, not /api/public/events: 403 shows which was checked.
+    for (const endpoint of ENDPOINTS) expect({ endpoint, status: await onlyOwn(endpoint) }).toEqual({ endpoint, status: 403 });
+    // The check request's own method and path do not count where the headers name the original.
+    expect(
+      (await exchange(decisionsPort, 'POST', '/auth-request', [['X-Original-Method', 'GET'], ['X-Original-URI', '/api/public/me'], bearer(tokens.user)]))
+        .status,
+    ).toBe(200);
+    expect(
+      (
+        await exchange(decisionsPort, 'GET', '/forward-auth?x=1', [
+          ['X-Forwarded-Method', 'DELETE'],
+          ['X-Forwarded-Uri', '/api/public/me'],
+          bearer(tokens.user),
+        ])
+      ).status,
+    ).toBe(405);
+  });
+
+  it('refuses a check request that names no original request, and a path that is no endpoint', async () => {
+    const noUri = await exchange(decisionsPort, 'GET', '/auth-request', [['X-Original-Method', 'GET'], bearer(tokens.user)]);
+    expect({ status: noUri.status, body: noUri.json() }).toEqual({
+      status: 400,
+      body: {
+        error: 'invalid_request',
+        error_description: 'The check request names no original request: nginx must send X-Original-Method and X-Original-URI.',
+      },
+    });
+    const noMethod = await exchange(decisionsPort, 'GET', '/forward-auth', [
+      ['X-Forwarded-Uri', '/api/public/me'],
+      ['X-Original-Method', 'GET'],
+      bearer(tokens.user),
+    ]);
+    expect({ status: noMethod.status, body: noMethod.json() }).toEqual({
+      status: 400,
+      body: {
+        error: 'invalid_request',
+        error_description: 'The check request names no original request: the ingress must send X-Forwarded-Method and X-Forwarded-Uri.',
+      },
+    });
+    for (const path of ['/', '/check', '/auth-requests', '/ext-authz', '/ext-authz?/api/public/me', '/api/public/me']) {
+      const answer = await exchange(decisionsPort, 'GET', path, [bearer(tokens.user), ['X-Original-Method', 'GET'], ['X-Original-URI', '/api/public/me']]);
+      expect({ path, status: answer.status, body: answer.json() }).toEqual({
+        path,
+        status: 404,
+        body: {
+          error: 'not_found',
+          error_description: 'The decision listener answers on /auth-request (nginx), /forward-auth (Traefik, Caddy) and /ext-authz/... (Envoy).',
+        },
+      });
+    }
+  });
+
+  it('puts the refusal body in a header on the nginx endpoint only (nginx drops the body of an auth answer)', async () => {
+    const forged = bearer(`${tokens.user.slice(0, -4)}AAAA`);
+    const forNginx = await decide('authRequest', 'GET', '/api/public/me', [forged]);
+    expect(forNginx.header('x-tokengate-error-body')).toBe(forNginx.body);
+    expect(forNginx.json()).toEqual({ error: 'invalid_token', error_description: 'The access token is invalid, expired or revoked.' });
+    for (const endpoint of ['forwardAuth', 'extAuthz'] as const)
+      expect((await decide(endpoint, 'GET', '/api/public/me', [forged])).header('x-tokengate-error-body')).toBeNull();
+  });
+
+  it('refuses a query token unless the route opts in (the ingress forwards the query as sent); never reads a body', async () => {
+    const description = 'This route does not accept the access_token query parameter; send an Authorization header.';
+    for (const endpoint of ENDPOINTS) {
+      const refused = await decide(endpoint, 'GET', `/api/public/me?access_token=${tokens.user}`);
+      expect({ endpoint, status: refused.status, body: refused.json() }).toEqual({
+        endpoint,
+        status: 400,
+        body: { error: 'invalid_request', error_description: description },
+      });
+      expect((await decide(endpoint, 'GET', `/api/stream?access_token=${tokens.user}`)).status).toBe(200);
+      // Both keys must allow it.
+      expect((await decide(endpoint, 'GET', `/api/closed-stream?access_token=${tokens.user}`)).status).toBe(400);
+      expect((await decide(endpoint, 'POST', `/api/stream?access_token=${tokens.user}`)).status).toBe(405);
+    }
+    // The gateway itself still takes the query token where allowQueryToken says so.
+    expect((await exchange(running.port, 'GET', `/api/public/me?access_token=${tokens.user}`)).status).toBe(200);
+    // Envoy can pass the body with the check (with_request_body); it is not read for a token.
+    const form = await decide(
+      'extAuthz',
+      'POST',
+      '/api/public/tickets',
+      [['Content-Type', 'application/x-www-form-urlencoded']],
+      decisionsPort,
+      `access_token=${tokens.user}`,
+    );
+    expect({ status: form.status, challenge: form.header('www-authenticate') }).toEqual({ status: 401, challenge: `Bearer realm="${REALM}"` });
+  });
+
+  it("decides a cached token from the cache, and refuses it once revoked, like the gateway's check", async () => {
+    const token = await running.issue();
+    const before = storeReads.getAccessToken;
+    for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
+    expect((await exchange(running.port, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
+    expect(storeReads.getAccessToken - before).toBe(1);
+    await running.store.revokeAccessToken(tokenDigest(token));
+    for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(401);
+  });
+
+  it('decides a route without upstreams, which the gateway answers 404 without forwarding', async () => {
+    for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/ingress-only/x', [bearer(tokens.application)])).status).toBe(200);
+    const before = upstream.received.length;
+    const gateway = await exchange(running.port, 'GET', '/api/ingress-only/x', [bearer(tokens.application)]);
+    expect({ status: gateway.status, body: gateway.json() }).toEqual({
+      status: 404,
+      body: { error: 'not_found', error_description: 'This route is served through an ingress, not by this listener.' },
+    });
+    expect(upstream.received.length).toBe(before);
+  });
+
+  it('counts each decision by route, outcome and reason in its own metric, apart from the gateway', async () => {
+    const metrics = running.tokengate.context.metrics;
+    const count = (labels: Record<string, string>) => valueOf(metrics.decisions, labels);
+    const snapshot = async () => ({
+      allowed: await count({ route: '/api/public/me', outcome: 'allowed', reason: 'ok' }),
+      forged: await count({ route: '/api/public/me', outcome: 'denied', reason: 'forged_token' }),
+      notFound: await count({ route: '(none)', outcome: 'denied', reason: 'not_found' }),
+      unknownEndpoint: await count({ route: '(none)', outcome: 'denied', reason: 'unknown_endpoint' }),
+      gateway: await valueOf(metrics.gatewayRequests, { route: '/api/public/me', outcome: 'forwarded' }),
+      durations: await observationsOf({
+        get: async () => ({ values: (await metrics.decisionDuration.get()).values.filter((value) => value.labels.route === '/api/public/me') }),
+      }),
+    });
+    const before = await snapshot();
+    await decide('authRequest', 'GET', '/api/public/me', [bearer(tokens.user)]);
+    await decide('forwardAuth', 'GET', '/api/public/me', [bearer(`${tokens.user.slice(0, -4)}AAAA`)]);
+    await decide('extAuthz', 'GET', '/api/nowhere', [bearer(tokens.user)]);
+    await exchange(decisionsPort, 'GET', '/nowhere');
+    const after = await snapshot();
+    const added = Object.fromEntries(Object.entries(after).map(([name, value]) => [name, value - before[name as keyof typeof before]]));
+    expect(added).toEqual({ allowed: 1, forged: 1, notFound: 1, unknownEndpoint: 1, gateway: 0, durations: 2 });
+    // Answers only the gateway gives are not decision series, and the other way round.
+    const reasons = (await metrics.decisions.get()).values.map((value) => value.labels.reason);
+    expect(reasons).not.toContain('upstream_timeout');
+    expect(reasons).not.toContain('body_too_large');
+    expect((await metrics.gatewayRequests.get()).values.map((value) => value.labels.reason)).not.toContain('unknown_endpoint');
+  });
+});
+
+describe('the decision listener, off', () => {
+  it('is off by default: no listener, no decision series', async () => {
+    const off = await startTokengate('decisions-off', { config: { routes: routes(upstream.url).filter((route) => route.upstream !== undefined) } });
+    try {
+      expect(off.decisionsUrl).toBeNull();
+      expect(off.tokengate.decisions).toBeNull();
+      expect((await off.tokengate.context.metrics.decisions.get()).values).toEqual([]);
+      expect((await off.tokengate.context.metrics.gatewayRequests.get()).values.length).toBeGreaterThan(10);
+    } finally {
+      await off.close();
+    }
+  });
+
+  it('keeps routes without upstreams for when it is on, and its address apart from the other listeners', () => {
+    const problemsOf = (config: Record<string, unknown>) => {
+      try {
+        parseConfig(stringify({ store: { driver: 'memory' }, ...config }), 'decisions.yaml', {});
+        return [];
+      } catch (error) {
+        if (!(error instanceof ConfigError)) throw error;
+        return error.problems.map((problem) => `${problem.path}: ${problem.message}`);
+      }
+    };
+    const ingressOnly = [{ path: '/api/public/me', token: 'user' }];
+    expect(problemsOf({ routes: ingressOnly })).toEqual([
+      'routes[0].upstream: required key is missing (or give upstreams.user / upstreams.application; only with decisions.enabled may a route have neither)',
+    ]);
+    expect(problemsOf({ routes: ingressOnly, decisions: { enabled: true } })).toEqual([]);
+    expect(problemsOf({ decisions: { enabled: true, host: '127.0.0.1', port: 8080 }, server: { host: '127.0.0.1', port: 8080 } })).toEqual([
+      "decisions.port: the decision listener cannot share the public listener's address and port",
+    ]);
+    expect(problemsOf({ decisions: { enabled: true, port: 9090 } })).toEqual([
+      "decisions.port: the decision listener cannot share the ops listener's address and port",
+    ]);
+    expect(problemsOf({ decisions: { enabled: false, port: 9090 } })).toEqual([]);
+  });
+});
+
+describe('decision logs', () => {
+  it('logs a store outage in the access log and a misconfigured ingress at warn, a client refusal not at all by default, and never a token', async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString().split('\n').filter(Boolean));
+        done();
+      },
+    });
+    const outage = await startTokengate('decisions-logs', {
+      logger: pino(loggerOptions('debug'), sink),
+      config: { decisions: { enabled: true }, routes: [{ path: '/api/public/me', token: 'user' }] },
+      store: createTestRedisStore(uniquePrefix('decisions-logs'), { url: `redis://127.0.0.1:${await freePort()}`, commandTimeoutMs: 200 }),
+    });
+    const port = Number(new URL(outage.decisionsUrl!).port);
+    const token = outage.tokengate.context.minter.mint();
+    try {
+      expect((await decide('authRequest', 'GET', '/api/public/me', [bearer(`${token.slice(0, -4)}AAAA`), ['X-Request-Id', 'forged-1']], port)).status).toBe(
+        401,
+      );
+      expect((await decide('authRequest', 'GET', '/api/public/me', [bearer(token), ['X-Request-Id', 'outage-1']], port)).status).toBe(503);
+      expect((await exchange(port, 'GET', '/forward-auth', [['X-Request-Id', 'misconfigured-1']])).status).toBe(400);
+    } finally {
+      await outage.close();
+    }
+    expect(await acceptsConnections(port)).toBe(false);
+    const entries = lines.map((line) => JSON.parse(line) as { level: number; msg: string; reason?: string; reqId?: string; listener?: string });
+    expect(
+      entries.filter((entry) => entry.reason !== undefined).map(({ level, msg, reason, reqId, listener }) => ({ level, msg, reason, reqId, listener })),
+    ).toEqual([
+      { level: 40, msg: 'request completed', reason: 'store_unavailable', reqId: 'outage-1', listener: 'decisions' },
+      {
+        level: 40,
+        msg: 'the ingress did not ask as the decision listener expects',
+        reason: 'missing_original_request',
+        reqId: 'misconfigured-1',
+        listener: 'decisions',
+      },
+    ]);
+    expect(lines.join('\n')).not.toContain(token.slice(0, 20));
+  });
+});
