@@ -20,6 +20,7 @@ import {
   floor,
   forgedFlood,
   issuance,
+  nginxDecisions,
   nginxLru,
   nginxRedis,
   revocation,
@@ -38,7 +39,7 @@ import { ME } from './lib/tokengate-config.js';
  * scenario are measured in turns; a row added to a list is measured in turns with the others.
  */
 const SCENARIOS: Scenario[] = [
-  rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, cacheHit, cacheMiss, clusterMiss]),
+  rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, nginxDecisions, cacheHit, cacheMiss, clusterMiss]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),

@@ -66,8 +66,12 @@ const headerName = (name: string) =>
     .map((part) => part[0]!.toUpperCase() + part.slice(1))
     .join('-');
 
-/** nginx as people deploy it in front of a token check; the check answers 204 with identity headers or 401. */
-export function peerHttp(port: number, upstreamPort: number, checkPort: number): string {
+/**
+ * nginx as people deploy it in front of a token check; the check answers 2xx with identity
+ * headers or 401. `checkPath`: where the check is asked; a check that needs the original request
+ * (tokengate's decision listener) gets its method and URI in X-Original-Method and X-Original-URI.
+ */
+export function peerHttp(port: number, upstreamPort: number, checkPort: number, checkPath = ''): string {
   return `
   upstream resource {
     server 127.0.0.1:${upstreamPort};
@@ -86,8 +90,10 @@ export function peerHttp(port: number, upstreamPort: number, checkPort: number):
 
     location = /_token_check {
       internal;
-      proxy_pass http://token_check;
+      proxy_pass http://token_check${checkPath};
       proxy_http_version 1.1;
+      proxy_set_header X-Original-Method $request_method;
+      proxy_set_header X-Original-URI $request_uri;
       proxy_set_header Connection "";
       proxy_pass_request_body off;
       proxy_set_header Content-Length "";

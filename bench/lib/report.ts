@@ -142,6 +142,8 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
     ['cache hit, one core: req/s >= 2x bare @fastify/http-proxy', atLeast(reqRatio('cache-hit', 'bare-proxy'), 2.0)],
     ['cache hit, one core: req/s >= 0.9x the floor', atLeast(reqRatio('cache-hit', 'floor'), 0.9)],
     ['cache miss over 100k tokens: req/s >= 0.7x cache hit', atLeast(reqRatio('cache-miss', 'cache-hit'), 0.7)],
+    ['nginx auth_request + tokengate decisions: req/s >= 1.0x nginx auth_request (LRU check)', atLeast(reqRatio('nginx-decisions', 'nginx-lru'), 1.0)],
+    ['nginx auth_request + tokengate decisions: CPU per request < nginx auth_request (LRU check)', atMost(cpuRatio('nginx-decisions', 'nginx-lru'), 0.999)],
     ['added p99 at 2,000 req/s <= 1 ms over direct', atMost(addedP99, 1.0, ' ms')],
     [
       '2 workers unpinned: req/s >= 1.0x nginx (2 workers) + check service (Redis-GET check)',

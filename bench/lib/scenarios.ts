@@ -4,9 +4,9 @@ import { percentile } from './load.js';
 import { progress, type Bench, type Row, type Scenario } from './measure.js';
 import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
 import { residentBytes } from './proc.js';
-import type { Placement } from './processes.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
-import { startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
+import { startNginxDecisions, startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
+import { freePort, type Placement } from './processes.js';
 import { ME } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
@@ -99,6 +99,32 @@ export const nginxRedis = nginxRow('nginx-redis', 'nginx auth_request + Redis-GE
 export const nginxLru = nginxRow('nginx-lru', `nginx auth_request + LRU check (${PEER_CACHE_SECONDS} s)`, 'tier', 1, PEER_CACHE_SECONDS);
 
 export const cacheHit: Row = { id: 'cache-hit', title: 'tokengate, cached token', tier: oneCoreTokengate };
+
+/** nginx in front, as nginxRedis and nginxLru, asking tokengate's decision listener instead of a Node check service. */
+export const nginxDecisions: Row = {
+  id: 'nginx-decisions',
+  title: 'nginx auth_request + tokengate decisions',
+  tier: async (bench) =>
+    nginxVersion() === null
+      ? 'nginx is not installed (apt-get install -y nginx)'
+      : bench.shared('nginx-decisions', async () => {
+          const decisionsPort = await freePort();
+          const tokengate = await startTokengate(bench.group, {
+            name: 'tokengate-decisions',
+            placement: 'tier',
+            config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, decisionsPort },
+            nodeFlags: bench.settings.nodeFlags,
+            profileDir: null,
+          });
+          if (typeof tokengate === 'string') return tokengate;
+          return startNginxDecisions(bench.group, {
+            name: 'nginx-decisions',
+            placement: 'tier',
+            upstreamPort: bench.upstream.port,
+            tokengate: { ...tokengate, decisionsPort },
+          });
+        }),
+};
 
 export const cacheMiss: Row = {
   id: 'cache-miss',

@@ -83,6 +83,26 @@ export async function startNginxPeer(group: ProcessGroup, options: PeerOptions):
   };
 }
 
+/** nginx `auth_request` to tokengate's decision listener (a tokengate started with `decisionsPort`), in the same placement. */
+export async function startNginxDecisions(
+  group: ProcessGroup,
+  options: { name: string; placement: Placement; upstreamPort: number; tokengate: Tier & { decisionsPort: number } },
+): Promise<Tier> {
+  const port = await freePort();
+  const args = nginxCommand(group.logDir, options.name, 1, peerHttp(port, options.upstreamPort, options.tokengate.decisionsPort, '/auth-request'));
+  const nginx = group.spawn(options.name, options.placement, 'nginx', args, 'SIGQUIT');
+  await waitForPort(nginx, port);
+  return {
+    name: options.name,
+    url: `http://127.0.0.1:${port}`,
+    port,
+    pids: () => [...withChildren(nginx.pid), ...options.tokengate.pids()],
+    processes: [nginx, ...options.tokengate.processes],
+    // tokengate's metrics: the row's cache-hit share.
+    opsUrl: options.tokengate.opsUrl,
+  };
+}
+
 export interface TokengateOptions {
   name: string;
   placement: Placement;

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -109,16 +109,19 @@ export function spawnServe(configFile: string, env: Record<string, string> = {})
 export function serveInTerminal(configFile: string): Promise<string> {
   const command = [process.execPath, ...CLI, 'serve', '--config', configFile].map((part) => `'${part.replace(/'/g, `'\\''`)}'`).join(' ');
   return new Promise((resolvePromise, reject) => {
-    // Its own process group, so that stopping it stops tokengate under it too.
-    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     const timer = setTimeout(() => finish(new Error(`tokengate serve did not start in a terminal:\n${output}`)), 30_000);
     const finish = (error?: Error) => {
       clearTimeout(timer);
-      try {
-        process.kill(-child.pid!, 'SIGKILL');
-      } catch {
-        // already gone
+      // tokengate runs in the terminal's own session, where the hangup of the terminal is a
+      // SIGHUP, which reloads it: it is stopped by its pid.
+      for (const pid of [...descendants(child.pid!), child.pid!]) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // already gone
+        }
       }
       if (error === undefined) resolvePromise(output);
       else reject(error);
@@ -131,4 +134,15 @@ export function serveInTerminal(configFile: string): Promise<string> {
     child.on('error', finish);
     child.on('close', () => finish(new Error(`tokengate serve exited in a terminal before listening:\n${output}`)));
   });
+}
+
+/** The processes below `pid`, deepest last (Linux /proc). */
+function descendants(pid: number): number[] {
+  let children: number[];
+  try {
+    children = readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+  return children.flatMap((child) => [child, ...descendants(child)]);
 }
