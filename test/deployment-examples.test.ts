@@ -8,6 +8,7 @@ import { IDENTITY_HEADERS } from '../examples/ticketing-api/server.mjs';
 import { buildTokengate } from '../src/app.js';
 import { isLoopback, parseConfig } from '../src/config/load.js';
 import type { Config } from '../src/config/schema.js';
+import { configWarnings } from '../src/config/warnings.js';
 import { startTokengate } from './support/instance.js';
 import { ROOT, codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
 import { freePort } from './support/ports.js';
@@ -24,11 +25,11 @@ import { copyRepository } from './support/repository.js';
 
 const read = (file: string) => readFileSync(join(ROOT, file), 'utf8');
 const VERSION = (JSON.parse(read('package.json')) as { version: string }).version;
-/** Variables tokengate reads itself, beside the ones its config file names; NODE_ENV is node's. */
+/** Variables tokengate reads itself, beside the ones its config file names; NODE_ENV and NODE_OPTIONS are node's. */
 const PROCESS_VARIABLES = new Set(
   [...read('src/main.ts').matchAll(/process\.env\.([A-Z_]+)/g), ...read('src/cli/command.ts').matchAll(/process\.env\.([A-Z_]+)/g)]
     .map((match) => match[1]!)
-    .concat('NODE_ENV'),
+    .concat('NODE_ENV', 'NODE_OPTIONS'),
 );
 
 type Environment = Record<string, string>;
@@ -55,7 +56,8 @@ function readDockerfile(file: string): Dockerfile {
     const [instruction, ...rest] = line.split(/\s+/);
     const argument = rest.join(' ');
     if (instruction === 'FROM') dockerfile.env = {};
-    if (instruction === 'ENV') for (const pair of argument.split(/\s+/)) dockerfile.env[pair.split('=')[0]!] = pair.slice(pair.indexOf('=') + 1);
+    if (instruction === 'ENV')
+      for (const [, name, quoted, plain] of argument.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|(\S*))/g)) dockerfile.env[name!] = quoted ?? plain!;
     if (instruction === 'ARG') dockerfile.args[argument.split('=')[0]!] = argument.slice(argument.indexOf('=') + 1);
     if (instruction === 'EXPOSE') dockerfile.expose = argument.split(/\s+/).map(Number);
     if (instruction === 'HEALTHCHECK') dockerfile.healthcheck = JSON.parse(argument.slice(argument.indexOf('CMD ') + 4)) as string[];
@@ -123,6 +125,25 @@ afterAll(() => {
 });
 
 describe('Dockerfile', () => {
+  it("sizes V8's heap with node flags node accepts, and the default cache fits it", () => {
+    expect(dockerfile.env.NODE_OPTIONS).toMatch(/--max-old-space-size=\d+/);
+    const node = spawnSync(process.execPath, ['-p', "require('node:v8').getHeapStatistics().heap_size_limit"], {
+      env: { PATH: process.env.PATH, NODE_OPTIONS: dockerfile.env.NODE_OPTIONS },
+      encoding: 'utf8',
+    });
+    expect(node.stderr).toBe('');
+    const heapLimit = Number(node.stdout);
+    const oldSpaceMb = Number(/--max-old-space-size=(\d+)/.exec(dockerfile.env.NODE_OPTIONS!)![1]);
+    expect(heapLimit).toBeGreaterThanOrEqual(oldSpaceMb * 1024 * 1024);
+    expect(heapLimit).toBeLessThan((oldSpaceMb + 64) * 1024 * 1024);
+    const config = parseConfig(read('config/tokengate.yaml'), 'config/tokengate.yaml', dockerfile.env);
+    expect(configWarnings(config, heapLimit)).toEqual([]);
+    // A cache four times the default would not fit: the warning names the flag to raise.
+    const larger = parseConfig(read('config/tokengate.yaml').replace('maxEntries: 100000', 'maxEntries: 400000'), 'larger.yaml', dockerfile.env);
+    expect(larger.cache.maxEntries).toBe(400_000);
+    expect(configWarnings(larger, heapLimit)).toEqual([expect.stringContaining('--max-old-space-size=')]);
+  });
+
   it('serves the default config on a public listener reachable from outside, keeps the ops listener on the loopback, and exposes both', () => {
     expect(dockerfile.env.TOKENGATE_CONFIG).toBe('/etc/tokengate/tokengate.yaml');
     expect(read('Dockerfile')).toContain('COPY --chown=root:root config/tokengate.yaml /etc/tokengate/tokengate.yaml');

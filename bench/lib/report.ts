@@ -192,7 +192,8 @@ export function renderReport(results: Results, machine: Machine, settings: Setti
   const heading =
     `${new Date().toISOString()}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
     `${settings.short ? 'SHORT RUN (BENCH_SHORT=1): fewer, shorter windows and fewer tokens; ' : ''}${machine.pinning}; ` +
-    `${settings.connections} connections; load average ${machine.loadAverageAtStart} at start, ${loadAverage()} at end; run took ${seconds.toFixed(0)} s`;
+    `${settings.connections} connections; tokengate's node flags: ${settings.nodeFlags.length === 0 ? 'none' : settings.nodeFlags.join(' ')}; ` +
+    `load average ${machine.loadAverageAtStart} at start, ${loadAverage()} at end; run took ${seconds.toFixed(0)} s`;
   const sections = [heading, rowsTable(results.rows), memoryLines(results).join('\n'), targetsTable(results)];
   if (results.notes.length > 0) sections.push(`Notes:\n${results.notes.map((note) => `- ${note}`).join('\n')}`);
   if (results.failures.length > 0) sections.push(`FAILED:\n${results.failures.map((failure) => `- ${failure}`).join('\n')}`);

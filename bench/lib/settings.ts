@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+
 /**
  * What a run does, from four environment variables (docs/benchmarks.md#settings). The full run
  * is the one the targets are judged on; BENCH_SHORT=1 is a quick look at every row.
@@ -25,8 +27,15 @@ export interface Settings {
   only: Set<string> | null;
   /** Directory for `node --cpu-prof` profiles of the one-core Node tiers (BENCH_CPU_PROF). */
   cpuProfileDir: string | null;
-  /** Node flags for tokengate alone (BENCH_NODE_FLAGS), e.g. V8 heap flags tried against the memory targets. */
+  /** Node flags for tokengate alone: BENCH_NODE_FLAGS when set (empty: none), else the image's NODE_OPTIONS, so the figures are those of what ships. */
   nodeFlags: string[];
+}
+
+/** The NODE_OPTIONS the Dockerfile sets for tokengate. */
+export function imageNodeOptions(dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8')): string {
+  const options = /^\s*(?:ENV\s+)?NODE_OPTIONS="([^"]*)"/m.exec(dockerfile);
+  if (options === null) throw new Error('the Dockerfile sets no NODE_OPTIONS="..."');
+  return options[1]!;
 }
 
 export function readSettings(env: NodeJS.ProcessEnv): Settings {
@@ -50,6 +59,6 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
     maxWindowSeconds: 20,
     only: only.length === 0 ? null : new Set(only),
     cpuProfileDir: env.BENCH_CPU_PROF === undefined || env.BENCH_CPU_PROF === '' ? null : env.BENCH_CPU_PROF,
-    nodeFlags: (env.BENCH_NODE_FLAGS ?? '').split(' ').filter((flag) => flag !== ''),
+    nodeFlags: (env.BENCH_NODE_FLAGS ?? imageNodeOptions()).split(' ').filter((flag) => flag !== ''),
   };
 }
