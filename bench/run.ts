@@ -104,6 +104,7 @@ async function main(): Promise<number> {
         minter,
         upstream: await startUpstream(group),
         me: { method: 'GET', path: ME, headers: { authorization: `Bearer ${userToken}` } },
+        userToken: userToken!,
         results,
         shared(name, start) {
           if (!started.has(name)) started.set(name, start());

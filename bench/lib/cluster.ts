@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { RedisStore } from '../../src/store/redis.js';
-import { rotation, seedUserTokens } from './fixtures.js';
+import { rotation, saveUserTokens, seedUserTokens } from './fixtures.js';
 import { progress, type Bench, type Row } from './measure.js';
 import { freePort, waitForPort, type ProcessGroup } from './processes.js';
 import { startTokengate } from './services.js';
@@ -59,6 +59,8 @@ export const clusterMiss: Row = {
       });
       clusters.set(bench, store);
       bench.onStop(() => store.close());
+      // The token every tier is checked and warmed up with, stored in this store too.
+      await saveUserTokens(store, [bench.userToken]);
       return startTokengate(bench.group, {
         name: 'tokengate-cluster',
         placement: 'tier',

@@ -22,21 +22,24 @@ function userTokenRecord(clientId: string, index: number, now = Date.now()): Acc
   };
 }
 
-/** Mints `count` user tokens and saves them, a chunk of concurrent (auto-pipelined) writes at a time. */
+/** Mints `count` user tokens and saves them. */
 export async function seedUserTokens(store: Store, minter: TokenMinter, count: number, clientId = USER_CLIENT_ID): Promise<string[]> {
-  const tokens: string[] = [];
+  const tokens = Array.from({ length: count }, () => minter.mint());
+  await saveUserTokens(store, tokens, clientId);
+  return tokens;
+}
+
+/** Saves `tokens` as user tokens, a chunk of concurrent (auto-pipelined) writes at a time. */
+export async function saveUserTokens(store: Store, tokens: readonly string[], clientId = USER_CLIENT_ID): Promise<void> {
   // Small enough that the writes in flight die young (larger chunks spent half the time in GC).
   const CHUNK = 500;
-  for (let start = 0; start < count; start += CHUNK) {
+  for (let start = 0; start < tokens.length; start += CHUNK) {
     const writes: Promise<void>[] = [];
-    for (let index = start; index < Math.min(count, start + CHUNK); index++) {
-      const token = minter.mint();
-      tokens.push(token);
-      writes.push(store.saveAccessToken(tokenDigest(token), userTokenRecord(clientId, index)));
+    for (let index = start; index < Math.min(tokens.length, start + CHUNK); index++) {
+      writes.push(store.saveAccessToken(tokenDigest(tokens[index]!), userTokenRecord(clientId, index)));
     }
     await Promise.all(writes);
   }
-  return tokens;
 }
 
 /** Well-tagged tokens that no store holds: each costs the gateway a store read that finds nothing. */

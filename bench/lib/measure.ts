@@ -26,6 +26,8 @@ export interface Bench {
   upstream: Tier;
   /** GET /api/public/me with the run's stored user token: the cached-token request, and every warm-up. */
   me: AutocannonRequest;
+  /** That token, for a row whose tokengate has a store of its own. */
+  userToken: string;
   results: Results;
   /** Starts a server the first time a row asks for it and hands the same one to later rows. */
   shared(name: string, start: () => Promise<Tier | string>): Promise<Tier | string>;
@@ -71,6 +73,8 @@ export interface Traffic {
   requestsPerWindow?: number;
   /** Called every second of each measured window. */
   everySecond?: () => void;
+  /** The first window's warm-up sends this request instead of the cached-token one: a row whose code path the cached token does not reach, and whose request may be repeated. */
+  warmsUp?: boolean;
 }
 
 /** One row of the table. */
@@ -176,6 +180,9 @@ async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, se
     if (fresh) await expectAnswer(tier, bench.me);
     const warmupSeconds = fresh ? settings.firstWarmupSeconds : settings.warmupSeconds;
     await runLoadWindow({ ...shape, durationSeconds: warmupSeconds, request: bench.me, expectedStatus: 200 });
+    if (traffic.warmsUp === true) {
+      await runLoadWindow({ ...shape, durationSeconds: warmupSeconds, request: traffic.request, expectedStatus: traffic.expectedStatus ?? 200 });
+    }
   }
   const pids = tier.pids();
   const cpuBefore = totalCpuMilliseconds(pids);
