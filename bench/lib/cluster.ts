@@ -59,7 +59,17 @@ export const clusterMiss: Row = {
       });
       clusters.set(bench, store);
       bench.onStop(() => store.close());
-      // The token every tier is checked and warmed up with, stored in this store too.
+      // The token every tier is checked and warmed up with, stored in this store too, once the
+      // cluster client has read the slot map (until then a command fails instead of waiting).
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await store.ping();
+          break;
+        } catch (error) {
+          if (attempt === 100) throw error;
+          await sleep(100);
+        }
+      }
       await saveUserTokens(store, [bench.userToken]);
       return startTokengate(bench.group, {
         name: 'tokengate-cluster',
