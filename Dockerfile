@@ -25,9 +25,9 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 FROM ${NODE_IMAGE}
-# V8's heap sized for a sidecar (docs/operations.md#memory): young generation 2 MB a half,
-# old generation 128 MB, enough for the default cache. Raise the latter with cache.maxEntries.
-ENV NODE_OPTIONS="--max-semi-space-size=2 --max-old-space-size=128" \
+# V8's old generation sized for a sidecar (docs/operations.md#memory): 128 MB holds the default
+# cache. Raise it with cache.maxEntries.
+ENV NODE_OPTIONS="--max-old-space-size=128" \
     NODE_ENV=production \
     TOKENGATE_CONFIG=/etc/tokengate/tokengate.yaml \
     TOKENGATE_HOST=0.0.0.0 \

@@ -15,8 +15,10 @@ const BASE_HEAP_BYTES = 32 * 1024 * 1024;
 /** Heap one cached token holds (measured: about 300 bytes with 100,000 cached), and one remembered unknown token. */
 const CACHED_TOKEN_BYTES = 300;
 const UNKNOWN_TOKEN_BYTES = 200;
-/** A heap filled past this share of its limit spends its time collecting, then runs out. */
+/** An old generation filled past this share of its limit spends its time collecting, then runs out. */
 const HEAP_SHARE = 0.75;
+/** The young generation's part of V8's heap limit on 64-bit (three semi-spaces of 16 MB): the cache lives in the old one. */
+const YOUNG_GENERATION_BYTES = 48 * 1024 * 1024;
 
 /**
  * A full cache that would not fit the heap V8 was given (`--max-old-space-size`, which the image
@@ -26,9 +28,10 @@ function cacheHeapWarning({ cache }: Readonly<Config>, heapLimitBytes: number): 
   if (!cache.enabled) return null;
   const cacheBytes = cache.maxEntries * CACHED_TOKEN_BYTES + (cache.negativeTtlSeconds > 0 ? cache.negativeMaxEntries * UNKNOWN_TOKEN_BYTES : 0);
   const neededBytes = BASE_HEAP_BYTES + cacheBytes;
-  if (neededBytes <= heapLimitBytes * HEAP_SHARE) return null;
+  const oldGenerationBytes = Math.max(heapLimitBytes - YOUNG_GENERATION_BYTES, heapLimitBytes / 2);
+  if (neededBytes <= oldGenerationBytes * HEAP_SHARE) return null;
   const mib = (bytes: number) => Math.ceil(bytes / 1024 / 1024);
-  return `cache.maxEntries (${cache.maxEntries}) and cache.negativeMaxEntries (${cache.negativeMaxEntries}) need about ${mib(neededBytes)} MB of heap when the cache is full, more than ${Math.round(HEAP_SHARE * 100)} % of the ${mib(heapLimitBytes)} MB this process may use: give node --max-old-space-size=${Math.ceil(mib(neededBytes) / HEAP_SHARE)} or more (NODE_OPTIONS), or lower the cache sizes.`;
+  return `cache.maxEntries (${cache.maxEntries}) and cache.negativeMaxEntries (${cache.negativeMaxEntries}) need about ${mib(neededBytes)} MB of heap when the cache is full, more than ${Math.round(HEAP_SHARE * 100)} % of the ${mib(oldGenerationBytes)} MB old generation this process may use: give node --max-old-space-size=${Math.ceil(mib(neededBytes) / HEAP_SHARE)} or more (NODE_OPTIONS), or lower the cache sizes.`;
 }
 
 /** An issuer URL on this machine that names another port than the public listener's: metadata would send clients past tokengate. */
