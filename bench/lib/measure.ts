@@ -73,7 +73,7 @@ export interface Traffic {
   requestsPerWindow?: number;
   /** Called every second of each measured window. */
   everySecond?: () => void;
-  /** The first window's warm-up sends this request instead of the cached-token one: a row whose code path the cached token does not reach, and whose request may be repeated. */
+  /** The first window's warm-up also sends this row's own request, after the cached-token one: for a row whose code path the cached token does not reach, and whose request may be repeated. */
   warmsUp?: boolean;
 }
 

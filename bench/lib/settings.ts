@@ -32,7 +32,7 @@ export interface Settings {
 }
 
 /** The NODE_OPTIONS the Dockerfile sets for tokengate. */
-export function imageNodeOptions(dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8')): string {
+function imageNodeOptions(dockerfile = readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8')): string {
   const options = /^\s*(?:ENV\s+)?NODE_OPTIONS="([^"]*)"/m.exec(dockerfile);
   if (options === null) throw new Error('the Dockerfile sets no NODE_OPTIONS="..."');
   return options[1]!;
