@@ -12,8 +12,9 @@ export function configWarnings(config: Readonly<Config>, heapLimitBytes = getHea
 
 /** Heap a started tokengate holds before it caches anything (measured: about 21 MB), with room to spare. */
 const BASE_HEAP_BYTES = 32 * 1024 * 1024;
-/** Heap one cached token holds (measured: about 300 bytes with 100,000 cached), and one remembered unknown token. */
+/** Heap one cached token holds (measured: about 300 bytes with 100,000 cached). */
 const CACHED_TOKEN_BYTES = 300;
+/** A remembered unknown token is its digest and a marker, no record: an estimate below a cached token's. */
 const UNKNOWN_TOKEN_BYTES = 200;
 /** An old generation filled past this share of its limit spends its time collecting, then runs out. */
 const HEAP_SHARE = 0.75;
