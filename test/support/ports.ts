@@ -1,15 +1,42 @@
+import { readFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
 
-/** A loopback port nothing listens on right now (for a server that must name its port before it starts, or a refused connection). */
-export function freePort(): Promise<number> {
+/**
+ * Ports below the range the kernel takes the local ports of outgoing connections from: a port
+ * handed out there stays free until its server binds it, where one from the kernel's own range
+ * can meanwhile become the local end of any connection the suite opens (a Redis client, a fetch),
+ * and the server that was to listen on it fails to start. Null where the range leaves no room.
+ */
+const LISTENER_PORTS: { readonly low: number; readonly count: number } | null = (() => {
+  try {
+    const [ephemeralLow] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    return ephemeralLow !== undefined && ephemeralLow > 11_024 ? { low: ephemeralLow - 10_000, count: 10_000 } : null;
+  } catch {
+    return null;
+  }
+})();
+
+/** Listens on `port` (0: one the kernel picks) and closes again: the port, or null when it was taken. */
+function tryPort(port: number): Promise<number | null> {
   return new Promise((resolve, reject) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+    server.once('error', (error: NodeJS.ErrnoException) => (error.code === 'EADDRINUSE' || error.code === 'EACCES' ? resolve(null) : reject(error)));
+    server.listen(port, '127.0.0.1', () => {
       const address = server.address();
       server.close(() => (typeof address === 'object' && address !== null ? resolve(address.port) : reject(new Error('no port'))));
     });
   });
+}
+
+/** A loopback port nothing listens on right now (for a server that must name its port before it starts, or a refused connection). */
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; LISTENER_PORTS !== null && attempt < 50; attempt++) {
+    const port = await tryPort(LISTENER_PORTS.low + Math.floor(Math.random() * LISTENER_PORTS.count));
+    if (port !== null) return port;
+  }
+  const port = await tryPort(0);
+  if (port === null) throw new Error('no free loopback port');
+  return port;
 }
 
 /** Whether something accepts connections on a loopback port right now. */

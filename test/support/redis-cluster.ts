@@ -62,8 +62,15 @@ export class RedisNode {
   /** Starts it (again, with `extraArgs` this time) and resolves once it answers PING. */
   async start(extraArgs: string[] = []): Promise<void> {
     if (this.process !== null) throw new Error(`${this.name} is already running`);
-    this.process = this.spawner(this.name, ['--port', String(this.port), '--bind', '127.0.0.1', ...this.args, ...extraArgs]);
-    await waitUntilAnswering(this.port, this.password);
+    const started = this.spawner(this.name, ['--port', String(this.port), '--bind', '127.0.0.1', ...this.args, ...extraArgs]);
+    this.process = started;
+    // A server that cannot bind its port exits at once: say so, instead of polling it for seconds.
+    const exited = started.exited.then(() => {
+      throw new Error(`${this.name}: redis-server exited before answering on port ${this.port} (port taken?)`);
+    });
+    // It exits later too, when a test kills it: that rejection is nobody's concern.
+    exited.catch(() => {});
+    await Promise.race([waitUntilAnswering(this.port, this.password), exited]);
   }
 
   /** SIGKILL: no goodbye to clients or to the rest of the set-up. */
@@ -162,13 +169,18 @@ export class LocalRedisCluster {
     const replicas = options.replicasPerMaster ?? 1;
     const directory = mkdtempSync(join(tmpdir(), 'tokengate-cluster-'));
     const nodes: RedisNode[] = [];
-    // Ports from freePort, checked again for their cluster bus port (port + 10000).
+    // Each node's cluster bus port from freePort too (by default it is port + 10000, which may be
+    // taken meanwhile, or not a port at all).
+    const taken = new Set<number>();
     while (nodes.length < masters * (1 + replicas)) {
-      const port = await freePort();
-      if (port > 55_000 || nodes.some((node) => Math.abs(node.port - port) < 2)) continue;
+      const [port, busPort] = [await freePort(), await freePort()];
+      if (port === busPort || taken.has(port) || taken.has(busPort)) continue;
+      taken.add(port).add(busPort);
       const args = [
         '--cluster-enabled',
         'yes',
+        '--cluster-port',
+        String(busPort),
         '--cluster-config-file',
         join(directory, `nodes-${port}.conf`),
         '--cluster-node-timeout',
