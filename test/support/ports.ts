@@ -10,7 +10,8 @@ import { connect, createServer } from 'node:net';
 const LISTENER_PORTS: { readonly low: number; readonly count: number } | null = (() => {
   try {
     const [ephemeralLow] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
-    return ephemeralLow !== undefined && ephemeralLow > 11_024 ? { low: ephemeralLow - 10_000, count: 10_000 } : null;
+    // From 10000 up: clear of the well-known services' ports (Redis, PostgreSQL, the Quick start's).
+    return ephemeralLow !== undefined && ephemeralLow >= 15_000 ? { low: 10_000, count: ephemeralLow - 10_000 } : null;
   } catch {
     return null;
   }
