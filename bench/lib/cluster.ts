@@ -23,10 +23,26 @@ async function startCluster(group: ProcessGroup): Promise<string[]> {
   if (spawnSync('redis-cli', ['--version']).status !== 0) throw new Error('redis-cli is not installed (apt-get install -y redis-tools)');
   const addresses: string[] = [];
   for (let node = 0; node < MASTERS * 2; node++) {
-    const port = await freePort();
+    // The cluster bus gets a free port of its own: by default it is port + 10000, which may be taken or past 65535.
+    const [port, busPort] = [await freePort(), await freePort()];
     const dir = join(group.logDir, `cluster-${port}`);
     mkdirSync(dir, { recursive: true });
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--cluster-enabled', 'yes', '--dir', dir];
+    const args = [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--cluster-enabled',
+      'yes',
+      '--cluster-port',
+      String(busPort),
+      '--dir',
+      dir,
+    ];
     await waitForPort(group.spawn(`cluster-${port}`, 'load', 'redis-server', args), port);
     addresses.push(`127.0.0.1:${port}`);
   }
