@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf } from '../src/store/redis-feed.js';
-import { lagReplicaThenFailOver, runFailover, saveCode, summarize, ROUTE } from './support/failover.js';
+import { lagReplicaThenFailOver, runFailover, summarize, ROUTE } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
 import type { RedisNode } from './support/redis-cluster.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
@@ -50,7 +50,7 @@ describe('Redis Cluster: a master fails over under traffic', () => {
     const resetsBefore = await resets();
 
     const report = await runFailover(
-      { first, second: sidecars[1]!, application, newCode: () => saveCode(first, application, userId) },
+      { first, second: sidecars[1]!, application, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
       {
         fail: () => victim.kill(),
         promoted: () => cluster.waitUntilHealthy(),

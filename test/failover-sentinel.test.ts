@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROUTE, lagReplicaThenFailOver, runFailover, saveCode, summarize } from './support/failover.js';
+import { ROUTE, lagReplicaThenFailOver, runFailover, summarize } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
 import { openTopologyStore, startSentinelTopology } from './support/topologies.js';
@@ -42,7 +42,7 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     expect(await resets()).toEqual([0, 0]);
 
     const report = await runFailover(
-      { first, second: sidecars[1]!, application, newCode: () => saveCode(first, application, userId) },
+      { first, second: sidecars[1]!, application, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
       {
         fail: () => victim.kill(),
         promoted: () => sentinel.waitUntilHealthy(successor),

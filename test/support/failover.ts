@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
 import type { AccessTokenRecord, Store } from '../../src/store/store.js';
-import { tokenDigest } from '../../src/token/token-value.js';
 import { USER_TOKEN } from './gateway.js';
 import type { RedisNode } from './redis-cluster.js';
 import { basicAuthorization, postForm, type RunningTokengate, type TestApplication } from './instance.js';
@@ -306,24 +304,6 @@ export async function runFailover(
     for (const sidecar of both) if ((await status(gatewayUrl(sidecar), bearer(token))) !== 401) report.afterwards.revokedAccepted += 1;
   }
   return report;
-}
-
-/** A code of a new token family for `userId`, saved the way /oauth/authorize saves it. */
-export async function saveCode(sidecar: RunningTokengate, application: TestApplication, userId: string): Promise<string> {
-  const code = sidecar.tokengate.context.minter.mint();
-  const now = Date.now();
-  await sidecar.store.saveAuthorizationCode(tokenDigest(code), {
-    clientId: application.clientId,
-    userId,
-    redirectUri: application.redirectUri,
-    scopes: ['public'],
-    codeChallenge: null,
-    codeChallengeMethod: null,
-    familyId: randomUUID(),
-    issuedAt: now,
-    expiresAt: now + 600_000,
-  });
-  return code;
 }
 
 /** One line for the test's output: what the clients saw. */

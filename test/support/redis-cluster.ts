@@ -70,7 +70,8 @@ export class RedisNode {
     });
     // It exits later too, when a test kills it: that rejection is nobody's concern.
     exited.catch(() => {});
-    await Promise.race([waitUntilAnswering(this.port, this.password), exited]);
+    const auth = this.password === undefined ? '' : `:${encodeURIComponent(this.password)}@`;
+    await Promise.race([waitUntilAnswering(`redis://${auth}127.0.0.1:${this.port}`), exited]);
   }
 
   /** SIGKILL: no goodbye to clients or to the rest of the set-up. */
@@ -109,10 +110,11 @@ export class RedisNode {
   }
 }
 
-async function waitUntilAnswering(port: number, password: string | undefined, timeoutMs = 10_000): Promise<void> {
+/** Resolves once the Redis at `url` answers PING; the last connection error after `timeoutMs`. */
+export async function waitUntilAnswering(url: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const probe = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     probe.on('error', () => {});
     try {
       await probe.connect();

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { Redis } from 'ioredis';
 import { freePort } from './ports.js';
+import { waitUntilAnswering } from './redis-cluster.js';
 
 const REDIS_SERVER = process.env.TOKENGATE_TEST_REDIS_SERVER ?? '/usr/bin/redis-server';
 
@@ -38,21 +39,7 @@ export class ThrowawayRedis {
     this.process = spawn(REDIS_SERVER, ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
       stdio: 'ignore',
     });
-    const deadline = Date.now() + 5_000;
-    for (;;) {
-      const probe = new Redis(probeUrl, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      probe.on('error', () => {});
-      try {
-        await probe.connect();
-        await probe.ping();
-        return;
-      } catch (error) {
-        if (Date.now() > deadline) throw error;
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      } finally {
-        probe.disconnect();
-      }
-    }
+    await waitUntilAnswering(probeUrl, 5_000);
   }
 
   /** Kills it outright (no shutdown, no goodbye to clients) and waits until it is gone. */
