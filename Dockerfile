@@ -9,7 +9,7 @@
 # key, Redis password) come from the environment and are substituted into the config at start;
 # none is baked into the image.
 
-ARG NODE_IMAGE=node:20-bookworm-slim
+ARG NODE_IMAGE=node:26-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app

@@ -135,7 +135,8 @@ describe('Dockerfile', () => {
     const heapLimit = Number(node.stdout);
     const oldSpaceMb = Number(/--max-old-space-size=(\d+)/.exec(dockerfile.env.NODE_OPTIONS!)![1]);
     expect(heapLimit).toBeGreaterThanOrEqual(oldSpaceMb * 1024 * 1024);
-    expect(heapLimit).toBeLessThan((oldSpaceMb + 64) * 1024 * 1024);
+    // The limit is the old generation plus the young one V8 sizes itself (96 MB on Node 26).
+    expect(heapLimit).toBeLessThan((oldSpaceMb + 128) * 1024 * 1024);
     const config = parseConfig(read('config/tokengate.yaml'), 'config/tokengate.yaml', dockerfile.env);
     expect(configWarnings(config, heapLimit)).toEqual([]);
     // A cache four times the default would not fit: the warning names the flag to raise.
@@ -160,10 +161,13 @@ describe('Dockerfile', () => {
     ).toBe('0.0.0.0');
   });
 
-  it('builds from files the repository has, on the Node.js major version package.json asks for', () => {
+  it('builds from files the repository has, on a Node.js major package.json admits, the one CI tests on', () => {
     for (const source of dockerfile.copied) expect(existsSync(join(ROOT, source)), source).toBe(true);
     const engines = (JSON.parse(read('package.json')) as { engines: { node: string } }).engines.node;
-    expect(dockerfile.args.NODE_IMAGE).toBe(`node:${/\d+/.exec(engines)![0]}-bookworm-slim`);
+    const imageMajor = Number(/^node:(\d+)-bookworm-slim$/.exec(dockerfile.args.NODE_IMAGE!)?.[1]);
+    expect(imageMajor).toBeGreaterThanOrEqual(Number(/^>=(\d+)\./.exec(engines)![1]));
+    // .ci/run puts the image's major first on PATH, so the suite runs on what the image ships.
+    if (process.env.CI === 'true') expect(Number(process.versions.node.split('.')[0])).toBe(imageMajor);
     expect(exampleDockerfile.args.NODE_IMAGE).toBe(dockerfile.args.NODE_IMAGE);
     for (const source of exampleDockerfile.copied) expect(existsSync(join(ROOT, 'examples/ticketing-api', source)), source).toBe(true);
     expect(exampleDockerfile.cmd).toEqual(['node', 'server.mjs']);

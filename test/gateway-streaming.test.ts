@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { connect, type AddressInfo, type Socket } from 'node:net';
+import { connect, createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { closeServer, rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
@@ -32,14 +32,14 @@ interface BigUpstream {
 
 let big: BigUpstream & { hanging: number };
 let echo: Upstream;
+let truncating: TruncatingUpstream;
 let gateway: RunningTokengate;
 let token: string;
 
 beforeAll(async () => {
   big = await startBigUpstream();
   echo = await startUpstream();
-  // An upstream that, like many, keeps only its first 1,000 header fields.
-  echo.server.maxHeadersCount = 1_000;
+  truncating = await startTruncatingUpstream(1_000);
   gateway = await startTokengate('gateway-streaming', {
     config: {
       server: { maxHeaders: 1000 },
@@ -47,6 +47,7 @@ beforeAll(async () => {
         { path: '/big', token: 'user', upstream: big.url, timeoutMs: 30_000 },
         { path: '/stall', token: 'user', upstream: big.url, timeoutMs: 300 },
         { path: '/echo', token: 'user', upstream: echo.url },
+        { path: '/truncating', token: 'user', upstream: truncating.url },
       ],
     },
   });
@@ -55,7 +56,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gateway?.close();
-  await Promise.all([big && closeServer(big.server), echo?.close()]);
+  await Promise.all([big && closeServer(big.server), echo?.close(), truncating && new Promise((resolve) => truncating.server.close(resolve))]);
 });
 
 function head(method: string, path: string, extra = ''): string {
@@ -209,12 +210,16 @@ describe('broken connections', () => {
 describe('header count', () => {
   it('puts the identity headers first, so an upstream that keeps only its first fields still sees them', async () => {
     const padding = Array.from({ length: 995 }, (_, index) => `X-Pad-${index}: ${index}\r\n`).join('');
-    const answer = await rawRequest(gateway.port, head('GET', '/echo/padded', padding), 3_000);
+    const answer = await rawRequest(gateway.port, head('GET', '/truncating/padded', padding), 3_000);
     expect(statusOf(answer)).toBe(200);
-    const received = echo.received.at(-1)!;
+    const kept = truncating.kept.at(-1)!;
     // The upstream dropped the last of the ~1,000 fields; the gateway's are not among them.
-    expect(received.headers['x-pad-994']).toBeUndefined();
-    expect(received.headers).toMatchObject({ 'x-auth-user-id': 'user-42', 'x-auth-client-id': 'client-web', 'x-auth-token-kind': 'user' });
+    expect(kept.has('x-pad-994')).toBe(false);
+    expect(Object.fromEntries(['x-auth-user-id', 'x-auth-client-id', 'x-auth-token-kind'].map((name) => [name, kept.get(name)]))).toEqual({
+      'x-auth-user-id': 'user-42',
+      'x-auth-client-id': 'client-web',
+      'x-auth-token-kind': 'user',
+    });
   });
 
   it('refuses more header fields than server.maxHeaders with 431 before any check', async () => {
@@ -285,4 +290,36 @@ async function sendLarge(response: ServerResponse, state: { sent: number }): Pro
     if (!ok) await once(response, 'drain');
   }
   response.end();
+}
+
+interface TruncatingUpstream {
+  server: NetServer;
+  url: string;
+  /** Of each request, the header fields the upstream kept (lower-cased names). */
+  kept: Array<Map<string, string>>;
+}
+
+/**
+ * An upstream that, like many, keeps only the first `limit` header fields of a request and
+ * drops the rest (Node's own server refuses such a request with 431 since Node 22).
+ */
+async function startTruncatingUpstream(limit: number): Promise<TruncatingUpstream> {
+  const kept: Array<Map<string, string>> = [];
+  const server = createNetServer((socket) => {
+    let head = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => {
+      head += chunk;
+      const end = head.indexOf('\r\n\r\n');
+      if (end === -1) return;
+      const fields = head
+        .slice(0, end)
+        .split('\r\n')
+        .slice(1, limit + 1);
+      kept.push(new Map(fields.map((line) => [line.slice(0, line.indexOf(':')).toLowerCase(), line.slice(line.indexOf(':') + 1).trim()])));
+      socket.end('HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, kept, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
