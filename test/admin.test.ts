@@ -140,6 +140,30 @@ describe('admin API: applications', () => {
     expect(await again.json()).toMatchObject({ error: 'not_found' });
   });
 
+  it('updates the fields it is given and keeps the others; the secret stays valid; unknown applications are 404', async () => {
+    const created = await createApplication({ scopes: ['public'] });
+    const response = await admin('PATCH', `/applications/${created.client_id}`, { name: 'Box office (renamed)', scopes: ['public', 'write'] });
+    expect(response.status).toBe(200);
+    const { client_secret: _secret, ...unchanged } = created;
+    expect(await response.json()).toEqual({ ...unchanged, name: 'Box office (renamed)', scopes: ['public', 'write'] });
+    expect(await running.store.getApplication(created.client_id)).toMatchObject({
+      name: 'Box office (renamed)',
+      scopes: ['public', 'write'],
+      redirectUris: created.redirect_uris,
+      secretDigest: clientSecretDigest(created.client_secret!),
+    });
+    await issueApplicationToken(created);
+
+    const missing = await admin('PATCH', '/applications/no-such-client', { name: 'x' });
+    expect(missing.status).toBe(404);
+    await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, {}), 'at least one field');
+    await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { confidential: false }), 'cannot update confidential');
+    await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { redirect_uris: ['http://box.example/cb'] }), 'must use https');
+    await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { scopes: ['admin'] }), 'unknown scope "admin"');
+    // A refused update changes nothing.
+    expect(await running.store.getApplication(created.client_id)).toMatchObject({ name: 'Box office (renamed)', redirectUris: created.redirect_uris });
+  });
+
   it('refuses unsafe or malformed redirect URIs with a 400 naming the problem', async () => {
     const cases: Array<[string, string]> = [
       ['/callback', 'is not an absolute URL'],

@@ -98,6 +98,12 @@ describe('tokengate apps', () => {
     expect(JSON.parse(list.stdout)).toEqual(answer);
     expect((answer as { applications: Array<{ client_id: string }> }).applications.map((each) => each.client_id)).toContain(application.client_id);
 
+    const updated = await tokengate(withConfig('apps', 'update', application.client_id, '--name', 'Scanner v2', '--json'));
+    expect(updated.code).toBe(0);
+    expect(JSON.parse(updated.stdout)).toMatchObject({ client_id: application.client_id, name: 'Scanner v2', scopes: ['public'] });
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ name: 'Scanner v2', redirectUris: application.redirect_uris });
+    expect(await tokengate(withConfig('apps', 'update', application.client_id))).toMatchObject({ code: 2 });
+
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), {
       kind: 'user',

@@ -4,7 +4,7 @@ import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
 import { clientSecretDigest } from '../issuer/client-auth.js';
 import type { ApplicationRecord } from '../store/store.js';
-import { readApplicationInput } from './validate.js';
+import { readApplicationInput, readApplicationPatch } from './validate.js';
 
 /** An application as the admin API shows it: never its secret, not even the digest. */
 export interface ApplicationView {
@@ -53,6 +53,17 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
   scope.get('/applications', async function listApplications() {
     const applications = await context.store.listApplications();
     return { applications: applications.sort((a, b) => a.createdAt - b.createdAt).map(view) };
+  });
+
+  scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
+    const { clientId } = request.params;
+    const patch = readApplicationPatch(request.body, context.config.issuer);
+    const application = await context.store.getApplication(clientId);
+    if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
+    const updated: ApplicationRecord = { ...application, ...patch };
+    await context.store.putApplication(updated);
+    request.log.info({ clientId, fields: Object.keys(patch) }, 'application updated');
+    return view(updated);
   });
 
   scope.delete<{ Params: { clientId: string } }>('/applications/:clientId', async function deleteApplication(request) {

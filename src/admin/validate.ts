@@ -1,5 +1,6 @@
 import { TokengateError } from '../errors.js';
 import type { IssuerConfig } from '../config/schema.js';
+import type { ApplicationRecord } from '../store/store.js';
 import { isScopeToken } from '../token/scope.js';
 
 /**
@@ -30,26 +31,65 @@ const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 const CONTROL_OR_SPACE = /[\s\x00-\x1f\x7f]/;
 
-export function readApplicationInput(body: unknown, issuer: Pick<IssuerConfig, 'scopes' | 'defaultScopes'>): ApplicationInput {
+type IssuerScopes = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
+
+export function readApplicationInput(body: unknown, issuer: IssuerScopes): ApplicationInput {
   const fields = asObject(body);
-  const name = requiredString(fields, 'name').trim();
+  const name = readName(requiredString(fields, 'name'));
+  const redirectUris = readRedirectUris(stringList(fields, 'redirect_uris') ?? []);
+  const scopes = readScopes(stringList(fields, 'scopes') ?? [...issuer.defaultScopes], issuer);
+  const confidential = fields.confidential ?? true;
+  if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
+  return { name, redirectUris, scopes, confidential };
+}
+
+/**
+ * The settings an operator may change on a registered application (`PATCH
+ * /admin/applications/:clientId`, `tokengate apps update`): each field given replaces the
+ * application's, each field left out keeps it. Whether it is confidential cannot change (its
+ * secret, or the lack of one, is what its clients were handed).
+ */
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes'>>;
+
+export function readApplicationPatch(body: unknown, issuer: IssuerScopes): ApplicationPatch {
+  const fields = asObject(body);
+  const known = new Set(['name', 'redirect_uris', 'scopes']);
+  const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
+  if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
+  if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
+  const patch: ApplicationPatch = {};
+  const name = optionalString(fields, 'name');
+  if (name !== undefined) patch.name = readName(name);
+  const redirectUris = stringList(fields, 'redirect_uris');
+  if (redirectUris !== undefined) patch.redirectUris = readRedirectUris(redirectUris);
+  const scopes = stringList(fields, 'scopes');
+  if (scopes !== undefined) patch.scopes = readScopes(scopes, issuer);
+  return patch;
+}
+
+function readName(value: string): string {
+  const name = value.trim();
   if (name === '' || name.length > MAX_NAME_LENGTH || /[\x00-\x1f\x7f]/.test(name)) {
     throw invalid(`name must be 1 to ${MAX_NAME_LENGTH} printable characters`);
   }
-  const redirectUris = stringList(fields, 'redirect_uris') ?? [];
+  return name;
+}
+
+function readRedirectUris(redirectUris: string[]): string[] {
   if (redirectUris.length === 0) throw invalid('redirect_uris must list at least one callback URL');
   for (const uri of redirectUris) {
     const problem = redirectUriProblem(uri);
     if (problem !== null) throw invalid(`redirect_uris: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
   }
-  const scopes = stringList(fields, 'scopes') ?? [...issuer.defaultScopes];
+  return [...new Set(redirectUris)];
+}
+
+function readScopes(scopes: string[], issuer: IssuerScopes): string[] {
   if (scopes.length === 0) throw invalid("scopes must list at least one scope (or be left out for the issuer's default scopes)");
   const unknown = scopes.filter((scope) => !isScopeToken(scope) || !issuer.scopes.includes(scope));
   if (unknown.length > 0)
     throw invalid(`scopes: unknown scope ${unknown.map((scope) => JSON.stringify(scope)).join(', ')} (this issuer knows: ${issuer.scopes.join(' ')})`);
-  const confidential = fields.confidential ?? true;
-  if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
-  return { name, redirectUris: [...new Set(redirectUris)], scopes: [...new Set(scopes)], confidential };
+  return [...new Set(scopes)];
 }
 
 /**

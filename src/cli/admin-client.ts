@@ -5,7 +5,7 @@ import { CommandError } from './command.js';
 /** The admin API of the instance a config file describes, as the CLI reaches it. */
 export interface AdminClient {
   readonly url: string;
-  request<T>(method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<T>;
+  request<T>(method: 'GET' | 'POST' | 'PATCH' | 'DELETE', path: string, body?: unknown): Promise<T>;
 }
 
 const REQUEST_TIMEOUT_MS = 10_000;

@@ -56,8 +56,18 @@ async function readPasswordFromStdin(): Promise<string> {
 }
 
 const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
+const APPS_UPDATE_USAGE = 'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
+
+/** `--scopes "a b"` or `--scopes a,b`. */
+function scopeList(value: unknown): string[] | undefined {
+  return value === undefined
+    ? undefined
+    : String(value)
+        .split(/[\s,]+/)
+        .filter(Boolean);
+}
 
 export const ADMIN_COMMANDS: Record<string, Command> = {
   'apps create': {
@@ -75,12 +85,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       if (values.name === undefined) throw new UsageError(`--name is required\nusage: ${APPS_CREATE_USAGE}`);
       const redirectUris = (values['redirect-uri'] as string[] | undefined) ?? [];
       if (redirectUris.length === 0) throw new UsageError(`--redirect-uri is required\nusage: ${APPS_CREATE_USAGE}`);
-      const scopes =
-        values.scopes === undefined
-          ? undefined
-          : String(values.scopes)
-              .split(/[\s,]+/)
-              .filter(Boolean);
+      const scopes = scopeList(values.scopes);
       const created = await client(values).request<CreatedApplication>('POST', '/applications', {
         name: values.name,
         redirect_uris: redirectUris,
@@ -123,6 +128,30 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ]);
         print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'REDIRECT_URIS', 'CREATED'], rows));
       }
+      return 0;
+    },
+  },
+  'apps update': {
+    summary: "Change a registered application's settings; the fields not given stay as they are.",
+    usage: APPS_UPDATE_USAGE,
+    options: {
+      ...configOption,
+      ...jsonOption,
+      name: { type: 'string' },
+      'redirect-uri': { type: 'string', multiple: true },
+      scopes: { type: 'string' },
+    },
+    async run(values, positionals) {
+      const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
+      const patch = {
+        ...(values.name === undefined ? {} : { name: values.name }),
+        ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
+        ...(values.scopes === undefined ? {} : { scopes: scopeList(values.scopes) }),
+      };
+      if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
+      const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);
+      if (values.json === true) printJson(updated);
+      else print(`Updated application "${updated.name}" (${updated.client_id}): ${Object.keys(patch).join(', ')}`);
       return 0;
     },
   },
