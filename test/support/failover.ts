@@ -363,7 +363,13 @@ export async function runFailover(
 
 /** One line for the test's output: what the clients saw. */
 export function summarize(name: string, report: FailoverReport): string {
-  return `${name} failover: promoted after ${report.timeline.promotedMs} ms, lost node restarted after ${report.timeline.restartedMs} ms and back as a replica after ${report.timeline.replicaBackMs} ms; ${report.unavailable} 503s (first ${report.firstUnavailableMs} ms, last ${report.lastUnavailableMs} ms after the kill); valid answered 401: ${report.validRefused}, revoked answered 200: ${report.revokedAccepted}, codes redeemed twice: ${report.codesRedeemedTwice}, refresh tokens used twice: ${report.refreshTokensUsedTwice}; gateway ${JSON.stringify(report.gateway)}, of which before the promotion ${JSON.stringify(report.gatewayWhileFailing)}, issuance ${JSON.stringify(report.issuance)}, revocations ${JSON.stringify(report.revocations)}, codes ${JSON.stringify(report.redemptions)}, refreshes ${JSON.stringify(report.refreshes)}, sign-ins ${JSON.stringify(report.signIns)}; writes while the promoted master was alone ${JSON.stringify(report.writesWhileAlone)}`;
+  const { promotedMs, restartedMs, replicaBackMs } = report.timeline;
+  return `${name} failover: promoted after ${promotedMs} ms, lost node restarted after ${restartedMs} ms and back as a replica after ${replicaBackMs} ms; ${answers(report, 'the kill', 'before the promotion')}; writes while the promoted master was alone ${JSON.stringify(report.writesWhileAlone)}`;
+}
+
+/** What the clients saw, counted; `start` and `window` name the event the traffic went through. */
+export function answers(report: FailoverReport, start: string, window: string): string {
+  return `${report.unavailable} 503s (first ${report.firstUnavailableMs} ms, last ${report.lastUnavailableMs} ms after ${start}); valid answered 401: ${report.validRefused}, revoked answered 200: ${report.revokedAccepted}, codes redeemed twice: ${report.codesRedeemedTwice}, refresh tokens used twice: ${report.refreshTokensUsedTwice}; gateway ${JSON.stringify(report.gateway)}, of which ${window} ${JSON.stringify(report.gatewayWhileFailing)}, issuance ${JSON.stringify(report.issuance)}, revocations ${JSON.stringify(report.revocations)}, codes ${JSON.stringify(report.redemptions)}, refreshes ${JSON.stringify(report.refreshes)}, sign-ins ${JSON.stringify(report.signIns)}`;
 }
 
 /**
