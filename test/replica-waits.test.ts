@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RedisStore } from '../src/store/redis.js';
-import { parseReplication } from '../src/store/redis-replicas.js';
+import { ReplicaCounts, parseReplication } from '../src/store/redis-replicas.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
 import { eventually } from './support/wait.js';
@@ -107,5 +107,26 @@ describe('replica waits', () => {
     ].join('\r\n');
     expect(parseReplication(info)).toEqual({ replid: '4c1f0aa0b2a7d7b3d1d5f2e0c3b9e8a7f6d5c4b3', inSync: ['10.0.0.2:6379'] });
     expect(parseReplication(info.replace('role:master', 'role:slave'))).toBeNull();
+  });
+
+  it('counts per replication ID: a promoted or restarted master starts from none, a replica gone too long is no longer waited for', () => {
+    const counts = new ReplicaCounts(1, 1_000);
+    const info = (replid: string, ...replicas: string[]) =>
+      [
+        'role:master',
+        ...replicas.map((address, index) => `slave${index}:ip=${address.split(':')[0]},port=${address.split(':')[1]},state=online,offset=1,lag=0`),
+        `master_replid:${replid}`,
+      ].join('\r\n');
+    expect(counts.required('10.0.0.1:6379')).toBeUndefined();
+    expect(counts.observe('10.0.0.1:6379', info('a'.repeat(40), '10.0.0.2:6379'), 0)).toBe(1);
+    // Its replica gone: still waited for until 1 s has passed since it was last seen in sync.
+    expect(counts.observe('10.0.0.1:6379', info('a'.repeat(40)), 900)).toBe(1);
+    expect(counts.required('10.0.0.1:6379', 1_000)).toBe(1);
+    expect(counts.required('10.0.0.1:6379', 1_001)).toBe(0);
+    // The same address under a new replication ID (promoted, restarted): none to wait for.
+    expect(counts.observe('10.0.0.1:6379', info('a'.repeat(40), '10.0.0.2:6379'), 2_000)).toBe(1);
+    expect(counts.observe('10.0.0.1:6379', info('b'.repeat(40)), 2_100)).toBe(0);
+    // Never more than store.waitForReplicas.
+    expect(counts.observe('10.0.0.1:6379', info('b'.repeat(40), '10.0.0.2:6379', '10.0.0.3:6379'), 2_200)).toBe(1);
   });
 });
