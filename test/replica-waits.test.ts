@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RedisStore } from '../src/store/redis.js';
 import { ReplicaCounts, parseReplication } from '../src/store/redis-replicas.js';
@@ -14,6 +17,7 @@ import { eventually } from './support/wait.js';
 const LOST_REPLICA_WAIT_MS = 2_000;
 const started: ThrowawayRedis[] = [];
 const stores: RedisStore[] = [];
+const directories: string[] = [];
 
 afterEach(async () => {
   for (const store of stores.splice(0)) await store.close().catch(() => {});
@@ -21,6 +25,7 @@ afterEach(async () => {
     redis.resume();
     await redis.kill();
   }
+  for (const directory of directories.splice(0)) rmSync(directory, { recursive: true, force: true });
 });
 
 async function master(): Promise<ThrowawayRedis> {
@@ -33,7 +38,10 @@ async function master(): Promise<ThrowawayRedis> {
 async function replicaOf(primary: ThrowawayRedis): Promise<ThrowawayRedis> {
   const redis = await ThrowawayRedis.notStarted();
   started.push(redis);
-  await redis.restart(['--replicaof', '127.0.0.1', String(primary.port)]);
+  // Its own directory: a replica loads its first sync through a file (dump.rdb) there.
+  const directory = mkdtempSync(join(tmpdir(), 'tokengate-replica-'));
+  directories.push(directory);
+  await redis.restart(['--replicaof', '127.0.0.1', String(primary.port), '--dir', directory]);
   await untilInSync(primary, 1);
   return redis;
 }
