@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf } from '../src/store/redis-feed.js';
 import { lagReplicaThenFailOver, runFailover, summarize, ROUTE } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
+import { createUser } from './support/issuer.js';
 import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
 import type { RedisNode } from './support/redis-cluster.js';
 import { valueOf } from './support/metrics.js';
@@ -12,8 +13,11 @@ import { openTopologyStore, startClusterTopology } from './support/topologies.js
 /**
  * A Cluster master is killed under traffic through two sidecars; its replica takes over. What
  * the clients saw is counted (test/support/failover.ts): no wrong answer, and 503s only while
- * the cluster has no master for some of its slots or no replica to confirm a write.
+ * the cluster has no master for some of its slots: the promoted master takes writes alone.
  */
+
+/** How long the promoted master serves without a replica before the lost node is restarted. */
+const ALONE_MS = 6_000;
 
 let topology: Awaited<ReturnType<typeof startClusterTopology>>;
 let upstream: Upstream;
@@ -30,12 +34,17 @@ afterAll(async () => {
 
 describe('Redis Cluster: a master fails over under traffic', () => {
   it('costs 503s while its slots have no master, and no wrong answer', { timeout: 120_000 }, async () => {
-    const config = { routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }] };
+    const config = {
+      routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
+      issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
+    };
     const first = await startTokengate('failover-cluster', { topology, config });
     sidecars.push(first);
     sidecars.push(await startTokengate('failover-cluster-2', { sharing: first, config }));
     const application = await registerApplication(first.store);
     const userId = await registerUser(first.store);
+    const user = { email: `${userId}-signs-in@example.com`, password: 'failover-password' };
+    await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
     const { cluster } = topology;
     // The master that carries the revocation feed: both sidecars' subscriptions have to move.
     const victim: RedisNode = await cluster.masterOfSlot(slotOf(`${first.prefix}revocations`));
@@ -50,9 +59,10 @@ describe('Redis Cluster: a master fails over under traffic', () => {
     const resetsBefore = await resets();
 
     const report = await runFailover(
-      { first, second: sidecars[1]!, application, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
+      { first, second: sidecars[1]!, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
       {
         fail: () => victim.kill(),
+        aloneMs: ALONE_MS,
         promoted: () => cluster.waitUntilHealthy(),
         // An orchestrator restarts the lost node; it rejoins as the new master's replica, and
         // writes are confirmed again.
@@ -74,7 +84,14 @@ describe('Redis Cluster: a master fails over under traffic', () => {
     // Traffic went on through the failover, and the 503s stopped once the replica was back.
     // Cached valid tokens were answered while the master was gone.
     expect(report.gatewayWhileFailing.valid[200]).toBeGreaterThan(0);
-    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.replicaBackMs + 1_000);
+    // The promoted master took writes alone, within 5 s of its promotion, and no write failed
+    // from then on, not even when the lost node came back as its replica.
+    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.promotedMs + 5_000);
+    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS);
+    const alone = report.writesWhileAlone;
+    expect([alone.issuance[200], alone.revocations[200], alone.redemptions[200], alone.refreshes[200], alone.signIns[303]]).toEqual(
+      Array(5).fill(expect.any(Number)),
+    );
     // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
     expect(resetsBefore).toEqual([0, 0]);
     expect(await resets()).toEqual([1, 1]);

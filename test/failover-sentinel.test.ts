@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROUTE, lagReplicaThenFailOver, runFailover, summarize } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
+import { createUser } from './support/issuer.js';
 import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
@@ -11,8 +12,11 @@ import { eventually } from './support/wait.js';
 /**
  * The Sentinel master is killed under traffic through two sidecars; the sentinels promote the
  * replica. What the clients saw is counted (test/support/failover.ts): no wrong answer, and 503s
- * only while there is no master, or no replica to confirm a write.
+ * only while there is no master: the promoted master takes writes alone.
  */
+
+/** How long the promoted master serves without a replica before the lost node is restarted. */
+const ALONE_MS = 6_000;
 
 let topology: Awaited<ReturnType<typeof startSentinelTopology>>;
 let upstream: Upstream;
@@ -29,12 +33,17 @@ afterAll(async () => {
 
 describe('Redis Sentinel: the master fails over under traffic', () => {
   it('costs 503s while there is no master, and no wrong answer', { timeout: 120_000 }, async () => {
-    const config = { routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }] };
+    const config = {
+      routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
+      issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
+    };
     const first = await startTokengate('failover-sentinel', { topology, config });
     sidecars.push(first);
     sidecars.push(await startTokengate('failover-sentinel-2', { sharing: first, config }));
     const application = await registerApplication(first.store);
     const userId = await registerUser(first.store);
+    const user = { email: `${userId}-signs-in@example.com`, password: 'failover-password' };
+    await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
     const { sentinel } = topology;
     const victim = await sentinel.currentMaster();
     const successor = sentinel.servers.find((server) => server !== victim)!;
@@ -42,9 +51,10 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     expect(await resets()).toEqual([0, 0]);
 
     const report = await runFailover(
-      { first, second: sidecars[1]!, application, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
+      { first, second: sidecars[1]!, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
       {
         fail: () => victim.kill(),
+        aloneMs: ALONE_MS,
         promoted: () => sentinel.waitUntilHealthy(successor),
         // An orchestrator restarts the lost server as a replica of the master the sentinels name.
         replicaBack: async () => {
@@ -64,7 +74,14 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     expect(report.afterwards.valid).toBeGreaterThan(30);
     // Cached valid tokens were answered while the master was gone.
     expect(report.gatewayWhileFailing.valid[200]).toBeGreaterThan(0);
-    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.replicaBackMs + 1_000);
+    // The promoted master took writes alone, within 5 s of its promotion, and no write failed
+    // from then on, not even when the lost node came back as its replica.
+    expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.promotedMs + 5_000);
+    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS);
+    const alone = report.writesWhileAlone;
+    expect([alone.issuance[200], alone.revocations[200], alone.redemptions[200], alone.refreshes[200], alone.signIns[303]]).toEqual(
+      Array(5).fill(expect.any(Number)),
+    );
     // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
     expect(await resets()).toEqual([1, 1]);
   });

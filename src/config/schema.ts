@@ -129,6 +129,10 @@ export const StoreSchema = closed({
         'Replicas that must hold a write (Redis `WAIT`) before tokengate relies on it, so a failover loses no token, revocation or spent code it acknowledged. Unset: 0 with `url`, 1 with `sentinel` or `cluster`.',
     }),
   ),
+  lostReplicaWaitMs: Milliseconds(
+    300_000,
+    'With `waitForReplicas`: how long writes on a master still wait for a replica it lost (503 meanwhile, unless the replica is back in sync), since Redis may still promote that replica without the writes it missed. At least `down-after-milliseconds` × 10 with Sentinel, `cluster-node-timeout` × `cluster-replica-validity-factor` + `repl-ping-replica-period` with a Cluster.',
+  ),
 });
 
 export const UserSourceSchema = closed({

@@ -7,6 +7,7 @@ import { CLIENT_CLOSED, UpstreamDurations, type RouteRequests } from '../observa
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { countDenial, type Denial } from './denials.js';
+import { relayEarlyHints } from './early-hints.js';
 import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';
 import type { HeaderRules } from './upstream-headers.js';
@@ -211,8 +212,10 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-    // Informational answers (102, 103) are not relayed: the client gets the final one.
-    if (statusCode < 200) return true;
+    if (statusCode < 200) {
+      if (statusCode === 103) relayEarlyHints(this.request.raw, this.response, rawHeaders);
+      return true;
+    }
     this.resume = resume;
     this.status = statusCode;
     const elapsedMs = this.reply.elapsedTime;

@@ -25,6 +25,13 @@ const READINESS_TIMEOUT_MS = 1_000;
  * the start: the same error would only repeat.
  */
 export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number, file: string): Promise<number> {
+  // The workers accept from the shared socket themselves. With node's default on Linux
+  // (round-robin), the primary accepts each connection and hands it to a worker, keeping its
+  // own copy until the worker says it took it: a worker killed in between never says so, and
+  // the client waits on a connection nobody serves until its own timeout. Accepting in the
+  // workers, a connection is a dead worker's only once accepted, and the kernel closes it with
+  // the worker, at once; those still in the listen queue go to the others.
+  cluster.schedulingPolicy = cluster.SCHED_NONE;
   const fleet = new WorkerFleet(log, count);
   const started = await fleet.start();
   if (!started) {

@@ -22,6 +22,7 @@ export async function openStore(config: StoreConfig, log?: Pick<Logger, 'info' |
     commandTimeoutMs: config.commandTimeoutMs,
     connectTimeoutMs: config.connectTimeoutMs,
     waitForReplicas: replicasToWaitFor(config, connection.topology),
+    lostReplicaWaitMs: config.lostReplicaWaitMs,
   });
   const what = describeTopology(connection.topology);
   const started = Date.now();

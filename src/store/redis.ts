@@ -13,6 +13,7 @@ import type {
 } from './store.js';
 import { REVOKED_MARK_MS, StoreUnavailableError } from './store.js';
 import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
+import { ReplicaCounts, masterFor } from './redis-replicas.js';
 import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
 
 /**
@@ -184,6 +185,9 @@ type Argument = string | number;
 type CommandSender = Record<string, (...args: Argument[]) => Promise<unknown>>;
 type PipelineBuilder = Record<string, (...args: Argument[]) => unknown> & { exec(): Promise<Array<[Error | null, unknown]> | null> };
 
+/** `store.lostReplicaWaitMs`'s default: the longest a lost replica stays promotable with Redis's defaults (Sentinel's). */
+const LOST_REPLICA_WAIT_MS = 300_000;
+
 export interface RedisStoreOptions {
   connection: RedisConnection;
   keyPrefix: string;
@@ -191,6 +195,8 @@ export interface RedisStoreOptions {
   connectTimeoutMs: number;
   /** Replicas that must confirm each write (WAIT) before the store relies on it; 0: none. */
   waitForReplicas: number;
+  /** How long a replica that left its master is still waited for (ReplicaCounts); `store.lostReplicaWaitMs` by default. */
+  lostReplicaWaitMs?: number;
 }
 
 export class RedisStore implements Store {
@@ -202,6 +208,8 @@ export class RedisStore implements Store {
    * replicas confirm, so they get connections of their own and reads never queue behind them.
    */
   private readonly writer: RedisClient;
+  /** How many replicas each master's writes wait for; null when none are. */
+  private readonly replicaCounts: ReplicaCounts | null;
   private readonly prefix: string;
   private readonly channel: string;
   private readonly feeds = new Set<FeedConnection>();
@@ -212,6 +220,7 @@ export class RedisStore implements Store {
     this.channel = `${options.keyPrefix}revocations`;
     this.redis = this.createClient();
     this.writer = options.waitForReplicas > 0 ? this.createClient() : this.redis;
+    this.replicaCounts = options.waitForReplicas > 0 ? new ReplicaCounts(options.waitForReplicas, options.lostReplicaWaitMs ?? LOST_REPLICA_WAIT_MS) : null;
   }
 
   private createClient(): RedisClient {
@@ -578,25 +587,44 @@ export class RedisStore implements Store {
 
   /**
    * One write of one key. With replicas to wait for, it goes out with WAIT on the same
-   * connection, and counts only once that many replicas hold it: a failover then cannot lose it.
-   * A write applied on the master but not confirmed in time fails for its caller (503), like a
-   * write that never arrived: the caller never relies on it.
+   * connection, and counts only once the replicas its master could lose it to hold it
+   * (redis-replicas.ts says which): a failover then cannot lose it. A write applied on the master
+   * but not confirmed in time fails for its caller (503), like a write that never arrived: the
+   * caller never relies on it.
    */
   private write<T = unknown>(command: string, ...args: Argument[]): Promise<T> {
-    const replicas = this.options.waitForReplicas;
-    if (replicas === 0) return this.run(() => this.send<T>(this.redis, command, ...args));
-    return this.run(async () => {
-      const pipeline = this.writer.pipeline() as unknown as PipelineBuilder;
-      pipeline[command]!(...args);
-      pipeline.wait!(replicas, this.options.commandTimeoutMs);
-      const results = await pipeline.exec();
-      if (results === null) throw new Error('the write was discarded');
-      const [[writeError, value], [waitError, acknowledged]] = results as [[Error | null, T], [Error | null, number]];
-      if (writeError !== null) throw writeError;
-      if (waitError !== null) throw waitError;
-      if (acknowledged < replicas) throw new Error(`the write was not confirmed by ${replicas} replica(s) within ${this.options.commandTimeoutMs} ms`);
-      return value;
-    }, this.writer);
+    if (this.replicaCounts === null) return this.run(() => this.send<T>(this.redis, command, ...args));
+    return this.run(() => this.confirmedWrite<T>(this.replicaCounts!, command, args), this.writer);
+  }
+
+  /**
+   * The write, then WAIT for the replicas its master had when last asked, then INFO replication
+   * from the same master: the answer that decides. A replica that came into sync meanwhile may
+   * have missed the write, so it is waited for too before the write counts.
+   */
+  private async confirmedWrite<T>(counts: ReplicaCounts, command: string, args: Argument[]): Promise<T> {
+    const timeout = this.options.commandTimeoutMs;
+    const master = masterFor(this.writer, firstKey(command, args));
+    let required = master === null ? undefined : counts.required(master.address);
+    if (master !== null && required === undefined) required = counts.observe(master.address, await master.connection.info('replication'));
+    required ??= this.options.waitForReplicas;
+    const pipeline = this.writer.pipeline() as unknown as PipelineBuilder;
+    pipeline[command]!(...args);
+    pipeline.wait!(required, timeout);
+    pipeline.info!('replication');
+    const results = await pipeline.exec();
+    if (results === null) throw new Error('the write was discarded');
+    const [[writeError, value], [waitError, waited], [infoError, info]] = results as [[Error | null, T], [Error | null, number], [Error | null, string]];
+    if (writeError !== null) throw writeError;
+    if (waitError !== null) throw waitError;
+    if (infoError !== null) throw infoError;
+    // The master that answered, whichever the client sent it to.
+    const answered = masterFor(this.writer, firstKey(command, args));
+    const needed = counts.observe(answered?.address ?? '', info);
+    let acknowledged = waited;
+    if (acknowledged < needed && waited >= required && answered !== null) acknowledged = await answered.connection.wait(needed, timeout);
+    if (acknowledged < needed) throw new Error(`the write was not confirmed by ${needed} replica(s) within ${timeout} ms`);
+    return value;
   }
 
   private send<T>(client: RedisClient, command: string, ...args: Argument[]): Promise<T> {
@@ -625,6 +653,12 @@ export class RedisStore implements Store {
       throw unavailable(error);
     }
   }
+}
+
+/** The key a write acts on: the first, after the key count of a script that takes several. */
+function firstKey(command: string, args: Argument[]): string | undefined {
+  const key = command === 'saveIndexed' ? args[1] : args[0];
+  return typeof key === 'string' ? key : undefined;
 }
 
 function unavailable(error: unknown): StoreUnavailableError {

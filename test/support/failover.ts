@@ -2,6 +2,7 @@ import type { AccessTokenRecord, Store } from '../../src/store/store.js';
 import { USER_TOKEN } from './gateway.js';
 import type { RedisNode } from './redis-cluster.js';
 import { basicAuthorization, postForm, type RunningTokengate, type TestApplication } from './instance.js';
+import { FormClient, authorizePath, formFields } from './issuer.js';
 import { sleep } from './wait.js';
 
 /**
@@ -26,11 +27,18 @@ export interface FailoverSidecars {
   application: TestApplication;
   /** Saves an authorization code for a user of the store, as /oauth/authorize does after consent. */
   newCode(): Promise<string>;
+  /** A user of the store who signs in on the authorization page with this password. */
+  user: { email: string; password: string };
 }
+
+/** Kinds of writes, each counted by answer. */
+export type WriteKind = 'issuance' | 'revocations' | 'redemptions' | 'refreshes' | 'signIns';
 
 export interface FailoverTimeline {
   /** ms from the kill until the set-up served every slot again without the killed node. */
   promotedMs: number;
+  /** ms from the kill until the killed node was started again (the promoted master was alone until then). */
+  restartedMs: number;
   /** ms from the kill until the killed node served again as a replica. */
   replicaBackMs: number;
 }
@@ -44,6 +52,9 @@ export interface FailoverReport {
   revocations: Record<number, number>;
   redemptions: Record<number, number>;
   refreshes: Record<number, number>;
+  signIns: Record<number, number>;
+  /** Writes sent after the promotion while the promoted master had no replica, by answer. */
+  writesWhileAlone: Record<WriteKind, Record<number, number>>;
   validRefused: number;
   revokedAccepted: number;
   codesRedeemedTwice: number;
@@ -108,18 +119,32 @@ async function redeem(
   }
 }
 
+/** The authorization page, then the sign-in form: 303 once signed in. */
+async function signIn(sidecar: RunningTokengate, application: TestApplication, user: { email: string; password: string }): Promise<number> {
+  try {
+    const browser = new FormClient(sidecar.baseUrl);
+    const page = await browser.get(
+      authorizePath({ client_id: application.clientId, redirect_uri: application.redirectUri, response_type: 'code', state: 's' }),
+    );
+    if (page.status !== 200) return page.status;
+    return (await browser.post('/oauth/authorize/login', { ...formFields(page.text), email: user.email, password: user.password })).status;
+  } catch {
+    return 0;
+  }
+}
+
 function pick<T>(values: readonly T[]): T | undefined {
   return values.length === 0 ? undefined : values[Math.floor(Math.random() * values.length)];
 }
 
 /**
- * Runs the traffic, calls `fail` (kill a master) and then `recover` (wait for the promotion,
- * bring the killed node back as a replica), keeps the traffic going a little longer, then checks
- * every token once more on both sidecars.
+ * Runs the traffic, calls `fail` (kill a master), waits for the promotion, leaves the promoted
+ * master alone for `aloneMs`, brings the killed node back as its replica (`replicaBack`), keeps
+ * the traffic going a little longer, then checks every token once more on both sidecars.
  */
 export async function runFailover(
   sidecars: FailoverSidecars,
-  steps: { fail(): Promise<void>; promoted(): Promise<void>; replicaBack(): Promise<void> },
+  steps: { fail(): Promise<void>; promoted(): Promise<void>; aloneMs: number; replicaBack(): Promise<void> },
 ): Promise<FailoverReport> {
   const { first, second, application } = sidecars;
   const both = [first, second];
@@ -160,13 +185,15 @@ export async function runFailover(
   const uncertain = new Set<string>();
 
   const report: FailoverReport = {
-    timeline: { promotedMs: 0, replicaBackMs: 0 },
+    timeline: { promotedMs: 0, restartedMs: 0, replicaBackMs: 0 },
     gateway: { valid: {}, revoked: {}, unknown: {} },
     gatewayWhileFailing: { valid: {}, revoked: {}, unknown: {} },
     issuance: {},
     revocations: {},
     redemptions: {},
     refreshes: {},
+    signIns: {},
+    writesWhileAlone: { issuance: {}, revocations: {}, redemptions: {}, refreshes: {}, signIns: {} },
     validRefused: 0,
     revokedAccepted: 0,
     codesRedeemedTwice: 0,
@@ -179,6 +206,11 @@ export async function runFailover(
   };
   let killedAt = Number.POSITIVE_INFINITY;
   let promotedAt = Number.POSITIVE_INFINITY;
+  let restartedAt = Number.POSITIVE_INFINITY;
+  const wrote = (kind: WriteKind, answer: number, sentAt: number) => {
+    count(report[kind], answer);
+    if (sentAt >= promotedAt && sentAt < restartedAt) count(report.writesWhileAlone[kind], answer);
+  };
   const saw = (what: string, answer: number, sentAt: number) => {
     if (answer === 503) {
       report.unavailable += 1;
@@ -212,29 +244,45 @@ export async function runFailover(
     while (running) {
       const sentAt = performance.now();
       const issued = await issueToken(pick(both)!, application);
-      count(report.issuance, issued.status);
+      wrote('issuance', issued.status, sentAt);
       saw('issuance', issued.status, sentAt);
       if (issued.token !== null) valid.push(issued.token);
       await sleep(5);
     }
   };
   const revocationWorker = async () => {
-    for (let revoked = 0; running && revoked < 40 && valid.length > 40; revoked++) {
+    while (running) {
+      if (valid.length <= 40) {
+        await sleep(20);
+        continue;
+      }
       const [token] = valid.splice(Math.floor(Math.random() * valid.length), 1);
-      if (token === undefined) break;
+      if (token === undefined) continue;
       uncertain.add(token);
       const sentAt = performance.now();
       const answer = await revoke(pick(both)!, application, token);
-      count(report.revocations, answer);
+      wrote('revocations', answer, sentAt);
       saw('revocation', answer, sentAt);
       if (answer === 200) {
         uncertain.delete(token);
         revokedAt.set(token, performance.now());
       }
-      await sleep(40);
+      await sleep(60);
+    }
+  };
+  const signInWorker = async () => {
+    while (running) {
+      const sentAt = performance.now();
+      const answer = await signIn(pick(both)!, application, sidecars.user);
+      wrote('signIns', answer, sentAt);
+      saw('sign-in', answer === 303 ? 200 : answer, sentAt);
+      await sleep(20);
     }
   };
   const codeUses = new Map<string, number>();
+  // Every other code is presented to one sidecar only: a code presented twice revokes its
+  // family, refresh token included, so those feed the refresh worker with live refresh tokens.
+  let presentTwice = false;
   const codeWorker = async () => {
     while (running) {
       const code = codes.shift() ?? (await sidecars.newCode().catch(() => null));
@@ -243,11 +291,14 @@ export async function runFailover(
         continue;
       }
       const sentAt = performance.now();
+      presentTwice = !presentTwice;
       const answers = await Promise.all(
-        both.map((sidecar) => redeem(sidecar, application, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri })),
+        (presentTwice ? both : [pick(both)!]).map((sidecar) =>
+          redeem(sidecar, application, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri }),
+        ),
       );
       for (const answer of answers) {
-        count(report.redemptions, answer.status);
+        wrote('redemptions', answer.status, sentAt);
         saw('code redemption', answer.status, sentAt);
         if (answer.status === 200) codeUses.set(code, (codeUses.get(code) ?? 0) + 1);
         if (answer.refresh !== null) refreshTokens.push(answer.refresh);
@@ -266,7 +317,7 @@ export async function runFailover(
       const sentAt = performance.now();
       const answers = await Promise.all(both.map((sidecar) => redeem(sidecar, application, { grant_type: 'refresh_token', refresh_token: refreshToken })));
       for (const answer of answers) {
-        count(report.refreshes, answer.status);
+        wrote('refreshes', answer.status, sentAt);
         saw('refresh', answer.status, sentAt);
         if (answer.status === 200) refreshUses.set(refreshToken, (refreshUses.get(refreshToken) ?? 0) + 1);
         if (answer.refresh !== null) refreshTokens.push(answer.refresh);
@@ -275,7 +326,7 @@ export async function runFailover(
     }
   };
 
-  const workers = [gatewayWorker(), gatewayWorker(), gatewayWorker(), issuanceWorker(), revocationWorker(), codeWorker(), refreshWorker()];
+  const workers = [gatewayWorker(), gatewayWorker(), gatewayWorker(), issuanceWorker(), revocationWorker(), codeWorker(), refreshWorker(), signInWorker()];
   try {
     await sleep(500);
     killedAt = performance.now();
@@ -283,6 +334,10 @@ export async function runFailover(
     await steps.promoted();
     promotedAt = performance.now();
     report.timeline.promotedMs = Math.round(promotedAt - killedAt);
+    // The promoted master alone, as when the lost node does not come back soon.
+    await sleep(steps.aloneMs);
+    restartedAt = performance.now();
+    report.timeline.restartedMs = Math.round(restartedAt - killedAt);
     await steps.replicaBack();
     report.timeline.replicaBackMs = Math.round(performance.now() - killedAt);
     await sleep(1_000);
@@ -308,7 +363,13 @@ export async function runFailover(
 
 /** One line for the test's output: what the clients saw. */
 export function summarize(name: string, report: FailoverReport): string {
-  return `${name} failover: promoted after ${report.timeline.promotedMs} ms, replica back after ${report.timeline.replicaBackMs} ms; ${report.unavailable} 503s (first ${report.firstUnavailableMs} ms, last ${report.lastUnavailableMs} ms after the kill); valid answered 401: ${report.validRefused}, revoked answered 200: ${report.revokedAccepted}, codes redeemed twice: ${report.codesRedeemedTwice}, refresh tokens used twice: ${report.refreshTokensUsedTwice}; gateway ${JSON.stringify(report.gateway)}, of which before the promotion ${JSON.stringify(report.gatewayWhileFailing)}, issuance ${JSON.stringify(report.issuance)}, revocations ${JSON.stringify(report.revocations)}, codes ${JSON.stringify(report.redemptions)}, refreshes ${JSON.stringify(report.refreshes)}`;
+  const { promotedMs, restartedMs, replicaBackMs } = report.timeline;
+  return `${name} failover: promoted after ${promotedMs} ms, lost node restarted after ${restartedMs} ms and back as a replica after ${replicaBackMs} ms; ${answers(report, 'the kill', 'before the promotion')}; writes while the promoted master was alone ${JSON.stringify(report.writesWhileAlone)}`;
+}
+
+/** What the clients saw, counted; `start` and `window` name the event the traffic went through. */
+export function answers(report: FailoverReport, start: string, window: string): string {
+  return `${report.unavailable} 503s (first ${report.firstUnavailableMs} ms, last ${report.lastUnavailableMs} ms after ${start}); valid answered 401: ${report.validRefused}, revoked answered 200: ${report.revokedAccepted}, codes redeemed twice: ${report.codesRedeemedTwice}, refresh tokens used twice: ${report.refreshTokensUsedTwice}; gateway ${JSON.stringify(report.gateway)}, of which ${window} ${JSON.stringify(report.gatewayWhileFailing)}, issuance ${JSON.stringify(report.issuance)}, revocations ${JSON.stringify(report.revocations)}, codes ${JSON.stringify(report.redemptions)}, refreshes ${JSON.stringify(report.refreshes)}, sign-ins ${JSON.stringify(report.signIns)}`;
 }
 
 /**

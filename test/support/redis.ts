@@ -17,6 +17,7 @@ export interface TestStoreOptions {
   /** Another topology instead of `url` (a local Cluster or Sentinel set-up). */
   connection: RedisConnection;
   waitForReplicas: number;
+  lostReplicaWaitMs: number;
 }
 
 export function createTestRedisStore(prefix: string, overrides: Partial<TestStoreOptions> = {}): RedisStore {
@@ -26,6 +27,7 @@ export function createTestRedisStore(prefix: string, overrides: Partial<TestStor
     commandTimeoutMs: overrides.commandTimeoutMs ?? 1_000,
     connectTimeoutMs: 2_000,
     waitForReplicas: overrides.waitForReplicas ?? 0,
+    lostReplicaWaitMs: overrides.lostReplicaWaitMs ?? 300_000,
   });
 }
 
