@@ -230,10 +230,10 @@ export const DecisionsSchema = closed({
 export const DpopSchema = closed({
   proofMaxAgeSeconds: Seconds(
     60,
-    'How old a DPoP proof may be (its `iat`), at the token endpoint and on every route; also how long each proof\'s `jti` is remembered to refuse a replay on any sidecar.',
+    "How old a DPoP proof may be (its `iat`), at the token endpoint and on every route; also how long each proof's `jti` is remembered to refuse a replay on any sidecar.",
     1,
   ),
-  clockSkewSeconds: Seconds(5, 'How far in the future a DPoP proof\'s `iat` may be, for clients whose clock runs ahead.'),
+  clockSkewSeconds: Seconds(5, "How far in the future a DPoP proof's `iat` may be, for clients whose clock runs ahead."),
   tokenEndpointNonce: Type.Boolean({
     default: true,
     description:

@@ -52,7 +52,12 @@ export class OriginalRequest implements CredentialSource {
   }
 
   get host(): string | undefined {
-    const value = this.endpoint === 'authRequest' ? this.headers['x-original-host'] : this.endpoint === 'forwardAuth' ? this.headers['x-forwarded-host'] : this.headers.host;
+    const value =
+      this.endpoint === 'authRequest'
+        ? this.headers['x-original-host']
+        : this.endpoint === 'forwardAuth'
+          ? this.headers['x-forwarded-host']
+          : this.headers.host;
     return typeof value === 'string' ? value : undefined;
   }
 }

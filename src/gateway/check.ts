@@ -69,9 +69,7 @@ export function check<Target>(
 ): Checked | Denial | Promise<Checked | Denial> {
   const { route } = located;
   const credential = extractCredential(route, request, located.query, body, bodyLimit);
-  return credential instanceof Promise
-    ? credential.then((read) => verify(context, route, read, subject))
-    : verify(context, route, credential, subject);
+  return credential instanceof Promise ? credential.then((read) => verify(context, route, read, subject)) : verify(context, route, credential, subject);
 }
 
 // 2. verify: the cache, else the tag check and one store read.
@@ -97,7 +95,7 @@ function prove<Target>(
   if (typeof token === 'string') return route.denials[token];
   if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token);
   const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject);
-  if (refusal instanceof Promise) return refusal.then((proven) => proven === null ? authorize(route, credential, token) : route.denials[proven]);
+  if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token) : route.denials[proven]));
   return refusal === null ? authorize(route, credential, token) : route.denials[refusal as ProofRefusal];
 }
 

@@ -111,7 +111,8 @@ export function extractCredential(
 
   if (body !== null && route.allowBodyToken && request.method === 'POST') {
     const type = mediaType(request.headers['content-type']);
-    if (type === FORM || type === JSON_TYPE) return extractFromBody(request, body, type, token === undefined ? undefined : { token, scheme, proof }, query, bodyLimit);
+    if (type === FORM || type === JSON_TYPE)
+      return extractFromBody(request, body, type, token === undefined ? undefined : { token, scheme, proof }, query, bodyLimit);
   }
   return token === undefined ? 'token_missing' : { token, scheme, proof, query, body: undefined };
 }

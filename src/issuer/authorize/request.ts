@@ -64,7 +64,8 @@ export async function validateAuthorizationRequest(query: unknown, store: Store,
   const scopes = resolveScopes(parameters.scope, application.scopes, issuer.scopes, issuer.defaultScopes);
   if (!scopes.ok) throw sendBack('INVALID_SCOPE', scopes.reason);
   const dpopJkt = parameters.dpop_jkt ?? null;
-  if (dpopJkt !== null && !JWK_THUMBPRINT.test(dpopJkt)) throw sendBack('INVALID_REQUEST', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of the DPoP key (RFC 7638).');
+  if (dpopJkt !== null && !JWK_THUMBPRINT.test(dpopJkt))
+    throw sendBack('INVALID_REQUEST', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of the DPoP key (RFC 7638).');
 
   return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, ...pkce, dpopJkt, parameters };
 }

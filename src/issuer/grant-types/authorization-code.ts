@@ -35,7 +35,9 @@ export const authorizationCode: GrantType = {
     verifyCodeVerifier(record, verifier, !client.application.confidential);
     // RFC 9449 section 10: a code asked for with dpop_jkt is redeemed only with a proof by that key.
     if (record.jkt !== undefined && record.jkt !== dpopJkt) {
-      throw new TokengateError('INVALID_GRANT', { description: 'The authorization code is bound to a DPoP key (dpop_jkt): redeem it with a DPoP proof by that key.' });
+      throw new TokengateError('INVALID_GRANT', {
+        description: 'The authorization code is bound to a DPoP key (dpop_jkt): redeem it with a DPoP proof by that key.',
+      });
     }
     // Users kept in the store can be deleted while their code is in flight; deleting a user
     // revokes their tokens, but a code is not a token yet.
