@@ -3,7 +3,9 @@ import { exportJWK, generateKeyPair, SignJWT, type CryptoKey, type JWK } from 'j
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
+import { nginxConf } from '../examples/ingress/configs.mjs';
 import { startUpstream, type Upstream } from './support/gateway.js';
+import { exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
 import { startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { authorizePath, createUser, FormClient, formFields } from './support/issuer.js';
 import { freePort } from './support/ports.js';
@@ -412,5 +414,83 @@ describe('the gateway refuses, and forwards nothing', () => {
     expect(response.status).toBe(401);
     expect(((await response.json()) as { error: string }).error).toBe('invalid_dpop_proof');
     expect(upstream.received.length).toBe(before);
+  });
+});
+
+describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () => {
+  let decider: RunningTokengate;
+  let ingress: Ingress;
+  let userApi: Awaited<ReturnType<typeof startTicketingApi>>;
+  let organizerApi: Awaited<ReturnType<typeof startTicketingApi>>;
+
+  beforeAll(async () => {
+    if (!installed('nginx', '-v')) throw new Error('nginx is not installed: apt-get install -y nginx (.ci/run installs it)');
+    [userApi, organizerApi] = await Promise.all([startTicketingApi('user'), startTicketingApi('organizer')]);
+    decider = await startTokengate('dpop-decisions', {
+      sharing: first,
+      config: {
+        decisions: { enabled: true },
+        routes: [
+          { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'] },
+          { path: '/api/public/events', token: 'application', scopes: ['public'], dpop: 'required' },
+        ],
+      },
+    });
+    const decisions = new URL(decider.decisionsUrl!).host;
+    ingress = await startIngress(
+      'nginx',
+      (address) => nginxConf({ ingress: address, decisions, userApi: userApi.address, organizerApi: organizerApi.address }),
+      nginxCommand,
+    );
+  });
+
+  afterAll(async () => {
+    await ingress?.close();
+    await decider?.close();
+    await Promise.all([userApi?.close(), organizerApi?.close()]);
+  });
+
+  it('lets a DPoP request through as oauth4webapi makes it, without its proof or credential, and refuses its replay', async () => {
+    const keys = await keyPair();
+    const token = await clientCredentialsToken(keys);
+    const dpop = oauth.DPoP({ client_id: confidential.clientId }, keys);
+    const url = new URL(`http://127.0.0.1:${ingress.port}/api/public/events`);
+    const response = await oauth.protectedResourceRequest(token, 'GET', url, undefined, undefined, { DPoP: dpop, ...insecure });
+    expect(response.status).toBe(200);
+    const reached = organizerApi.received.at(-1)!;
+    expect(reached.headers['x-auth-client-id']).toBe(confidential.clientId);
+    expect(reached.headers.dpop).toBeUndefined();
+    expect(reached.headers.authorization).toBeUndefined();
+
+    // A proof made for the URL as nginx's client names it (exchange sends Host: ingress.test), then the same one again.
+    const headers: Array<[string, string]> = [
+      ['Authorization', `DPoP ${token}`],
+      ['DPoP', await proof(keys, { token, htu: 'http://ingress.test/api/public/events' })],
+    ];
+    const before = organizerApi.received.length;
+    expect((await exchange(ingress.port, 'GET', '/api/public/events', headers)).status).toBe(200);
+    const replayed = await exchange(ingress.port, 'GET', '/api/public/events', headers);
+    expect(replayed.status).toBe(401);
+    expect(replayed.json()).toMatchObject({ error: 'invalid_dpop_proof' });
+    expect(replayed.header('www-authenticate')).toContain('DPoP realm="tokengate", error="invalid_dpop_proof"');
+    expect(organizerApi.received.length).toBe(before + 1);
+  });
+
+  it('refuses a proof for another URL, a Bearer token on a DPoP route and a bound token as Bearer, none reaching an API', async () => {
+    const keys = await keyPair();
+    const token = await clientCredentialsToken(keys);
+    const unbound = await first.issue({ kind: 'application', userId: null, familyId: null, clientId: confidential.clientId });
+    const before = organizerApi.received.length + userApi.received.length;
+    const otherUrl = await exchange(ingress.port, 'GET', '/api/public/events', [
+      ['Authorization', `DPoP ${token}`],
+      ['DPoP', await proof(keys, { token, htu: 'http://ingress.test/api/public/me' })],
+    ]);
+    expect([otherUrl.status, otherUrl.json()]).toMatchObject([401, { error: 'invalid_dpop_proof' }]);
+    const bearerOnDpopRoute = await exchange(ingress.port, 'GET', '/api/public/events', [['Authorization', `Bearer ${unbound}`]]);
+    expect([bearerOnDpopRoute.status, bearerOnDpopRoute.json()]).toMatchObject([401, { error: 'invalid_token' }]);
+    expect(bearerOnDpopRoute.header('www-authenticate')).toContain(ALGS);
+    const boundAsBearer = await exchange(ingress.port, 'GET', '/api/public/events', [['Authorization', `Bearer ${token}`]]);
+    expect([boundAsBearer.status, boundAsBearer.json()]).toMatchObject([401, { error: 'invalid_token' }]);
+    expect(organizerApi.received.length + userApi.received.length).toBe(before);
   });
 });
