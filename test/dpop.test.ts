@@ -22,6 +22,7 @@ const REDIRECT_URI = 'http://127.0.0.1:9999/callback';
 /** The public origin both sidecars serve behind a load balancer (server.trustProxy): a proof for it is valid on either. */
 const PUBLIC = { 'x-forwarded-proto': 'https', 'x-forwarded-host': 'tickets.example' };
 const PUBLIC_ORIGIN = 'https://tickets.example';
+type KeyPair = Awaited<ReturnType<typeof oauth.generateKeyPair>>;
 const ALGS = 'algs="ES256 EdDSA Ed25519 RS256 PS256"';
 
 let upstream: Upstream;
@@ -67,11 +68,11 @@ async function withNonce<T>(call: () => Promise<T>): Promise<{ result: T; needed
   }
 }
 
-async function keyPair(alg = 'ES256'): Promise<CryptoKeyPair> {
+async function keyPair(alg = 'ES256'): Promise<KeyPair> {
   return oauth.generateKeyPair(alg, { extractable: true });
 }
 
-async function clientCredentialsToken(keys: CryptoKeyPair): Promise<string> {
+async function clientCredentialsToken(keys: KeyPair): Promise<string> {
   const client: oauth.Client = { client_id: confidential.clientId };
   const dpop = oauth.DPoP(client, keys);
   const { result } = await withNonce(async () =>
@@ -97,7 +98,7 @@ interface ProofOptions {
 }
 
 /** A proof made by hand with jose (the attacks need proofs no client library would make). */
-async function proof(keys: CryptoKeyPair, options: ProofOptions): Promise<string> {
+async function proof(keys: KeyPair, options: ProofOptions): Promise<string> {
   const jwk = await exportJWK(keys.publicKey as CryptoKey);
   return new SignJWT({
     htm: options.htm ?? 'GET',
@@ -297,7 +298,7 @@ async function authorizeWithDpopJkt(verifier: string, jkt: string): Promise<stri
 }
 
 describe('the gateway refuses, and forwards nothing', () => {
-  let keys: CryptoKeyPair;
+  let keys: KeyPair;
   let token: string;
   let unbound: string;
 
@@ -307,7 +308,7 @@ describe('the gateway refuses, and forwards nothing', () => {
     unbound = await first.issue();
   });
 
-  const dpopHeaders = async (options: ProofOptions = {}, signer?: CryptoKeyPair) => ({
+  const dpopHeaders = async (options: ProofOptions = {}, signer?: KeyPair) => ({
     authorization: `DPoP ${token}`,
     dpop: await proof(signer ?? keys, { token, ...options }),
   });
@@ -453,7 +454,8 @@ describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () 
   it('lets a DPoP request through as oauth4webapi makes it, without its proof or credential, and refuses its replay', async () => {
     const keys = await keyPair();
     const token = await clientCredentialsToken(keys);
-    const dpop = oauth.DPoP({ client_id: confidential.clientId }, keys);
+    const client: oauth.Client = { client_id: confidential.clientId };
+    const dpop = oauth.DPoP(client, keys);
     const url = new URL(`http://127.0.0.1:${ingress.port}/api/public/events`);
     const response = await oauth.protectedResourceRequest(token, 'GET', url, undefined, undefined, { DPoP: dpop, ...insecure });
     expect(response.status).toBe(200);
