@@ -2,6 +2,7 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { exportJWK, SignJWT, type CryptoKey, type JWK } from 'jose';
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MemoryStore } from '../src/store/memory.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { nginxConf } from '../examples/ingress/configs.mjs';
 import { startUpstream, type Upstream } from './support/gateway.js';
@@ -494,5 +495,26 @@ describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () 
     const boundAsBearer = await exchange(ingress.port, 'GET', '/api/public/events', [['Authorization', `Bearer ${token}`]]);
     expect([boundAsBearer.status, boundAsBearer.json()]).toMatchObject([401, { error: 'invalid_token' }]);
     expect(organizerApi.received.length + userApi.received.length).toBe(before);
+  });
+});
+
+describe('a single instance on the memory store', () => {
+  it('refuses a replayed proof from the store itself (no process memory of proofs in front)', async () => {
+    const alone = await startTokengate('dpop-memory', { store: new MemoryStore(), config: { dpop: { replayCacheEntries: 0 }, routes: routes(upstream.url) } });
+    try {
+      const keys = await keyPair();
+      const client: oauth.Client = { client_id: 'memory' };
+      const jkt = await oauth.DPoP(client, keys).calculateThumbprint();
+      const token = await alone.issue({ jkt });
+      const htu = `${alone.baseUrl}/api/bound/tickets`;
+      const headers = { authorization: `DPoP ${token}`, dpop: await proof(keys, { token, htu }) };
+      expect((await fetch(htu, { headers })).status).toBe(200);
+      const before = upstream.received.length;
+      const replayed = await fetch(htu, { headers });
+      expect([replayed.status, ((await replayed.json()) as { error: string }).error]).toEqual([401, 'invalid_dpop_proof']);
+      expect(upstream.received.length).toBe(before);
+    } finally {
+      await alone.close();
+    }
   });
 });
