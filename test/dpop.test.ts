@@ -237,6 +237,13 @@ describe('the issuer', () => {
     expect((await call(refreshed.access_token)).status).toBe(200);
   });
 
+  it('refuses a DPoP-bound token sent as Bearer to /oauth/token/info', async () => {
+    const token = await clientCredentialsToken(await keyPair());
+    const response = await fetch(`${first.baseUrl}/oauth/token/info`, { headers: { authorization: `Bearer ${token}` } });
+    expect(response.status).toBe(401);
+    expect(await response.json()).toMatchObject({ error: 'invalid_token' });
+  });
+
   it('refuses to redeem a code asked for with dpop_jkt with a proof by another key', async () => {
     const client: oauth.Client = { client_id: fanApp.clientId };
     const verifier = oauth.generateRandomCodeVerifier();

@@ -23,7 +23,7 @@ export async function tokenRequestBinding(
   tokenEndpointUrl: string,
 ): Promise<string | null> {
   const { dpop } = context;
-  const proofs = request.raw.rawHeaders.filter((_value, index, raw) => index % 2 === 0 && raw[index]!.toLowerCase() === 'dpop').length;
+  const proofs = countProofHeaders(request.raw.rawHeaders);
   if (proofs === 0) {
     if (application.dpop === 'required') throw refused('This application must send a DPoP proof with every token request (a DPoP header).');
     return null;
@@ -41,6 +41,13 @@ export async function tokenRequestBinding(
   }
   if (!(await dpop.replay.firstUse(verified.jkt, verified.jti))) throw refused('The DPoP proof was used before (jti); make a new one for each request.');
   return verified.jkt;
+}
+
+/** Node joins repeated DPoP fields into one value: count the fields as sent. */
+function countProofHeaders(rawHeaders: readonly string[]): number {
+  let count = 0;
+  for (let index = 0; index < rawHeaders.length; index += 2) if (rawHeaders[index]!.toLowerCase() === 'dpop') count += 1;
+  return count;
 }
 
 function refused(description: string): TokengateError {
