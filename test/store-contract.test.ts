@@ -213,7 +213,15 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect((await store.getAccessToken(unbound))?.jkt).toBeUndefined();
     const now = Date.now();
     const refresh = newDigest();
-    await store.saveRefreshToken(refresh, { clientId: 'c', userId: 'u', scopes: ['public'], familyId: `f-${refresh}`, issuedAt: now, expiresAt: now + 60_000, jkt });
+    await store.saveRefreshToken(refresh, {
+      clientId: 'c',
+      userId: 'u',
+      scopes: ['public'],
+      familyId: `f-${refresh}`,
+      issuedAt: now,
+      expiresAt: now + 60_000,
+      jkt,
+    });
     expect((await store.getRefreshToken(refresh))?.jkt).toBe(jkt);
     const code = newDigest();
     await store.saveAuthorizationCode(code, {
