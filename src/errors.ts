@@ -274,9 +274,15 @@ export function bearerChallenge(realm: string, failure?: { error: string; descri
  * The `WWW-Authenticate` value of RFC 9449 section 7.1: the DPoP scheme, the error when a token
  * or proof was presented, and the algorithms a proof may use.
  */
-export function dpopChallenge(realm: string, algorithms: readonly string[], failure?: { error: string; description: string }): string {
+export function dpopChallenge(
+  realm: string,
+  algorithms: readonly string[],
+  failure?: { error: string; description: string },
+  scopes: readonly string[] = [],
+): string {
   let challenge = `DPoP realm=${quoteAuthParam(realm)}`;
   if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
+  if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
   return `${challenge}, algs=${quoteAuthParam(algorithms.join(' '))}`;
 }
 

@@ -237,6 +237,37 @@ describe('the issuer', () => {
     expect((await call(refreshed.access_token)).status).toBe(200);
   });
 
+  it('refuses token requests whose proof is for another URL, replayed, or signed with HMAC', async () => {
+    const keys = await keyPair();
+    // A nonce from a first request, as a client learns it.
+    const nonce = (await tokenRequest(await proof(keys, { htm: 'POST', htu: as.token_endpoint! }))).headers.get('dpop-nonce')!;
+    const signed = async (options: ProofOptions) => {
+      const jwk = await exportJWK(keys.publicKey as CryptoKey);
+      return new SignJWT({ htm: 'POST', htu: as.token_endpoint!, jti: randomUUID(), nonce, ...options })
+        .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk })
+        .setIssuedAt()
+        .sign(keys.privateKey as CryptoKey);
+    };
+    const expectRefused = async (response: Response) => {
+      expect(response.status).toBe(400);
+      expect(await response.json()).toMatchObject({ error: 'invalid_dpop_proof' });
+    };
+    await expectRefused(await tokenRequest(await signed({ htu: `${first.baseUrl}/oauth/revoke` })));
+    await expectRefused(await tokenRequest(await signed({ htm: 'GET' })));
+    const once = await signed({});
+    const accepted = await tokenRequest(once);
+    expect(accepted.status).toBe(200);
+    expect(await accepted.json()).toMatchObject({ token_type: 'DPoP' });
+    await expectRefused(await tokenRequest(once));
+    const secret = randomBytes(32);
+    const octJwk: JWK = { kty: 'oct', k: secret.toString('base64url') };
+    const hmac = await new SignJWT({ htm: 'POST', htu: as.token_endpoint!, jti: randomUUID(), nonce })
+      .setProtectedHeader({ alg: 'HS256', typ: 'dpop+jwt', jwk: octJwk })
+      .setIssuedAt()
+      .sign(secret);
+    await expectRefused(await tokenRequest(hmac));
+  });
+
   it('refuses a DPoP-bound token sent as Bearer to /oauth/token/info', async () => {
     const token = await clientCredentialsToken(await keyPair());
     const response = await fetch(`${first.baseUrl}/oauth/token/info`, { headers: { authorization: `Bearer ${token}` } });
@@ -285,6 +316,19 @@ describe('the issuer', () => {
     expect(invalid.status).toBe(400);
   });
 });
+
+/** A client_credentials request of the confidential application with `dpop` as its proof. */
+function tokenRequest(dpop: string): Promise<Response> {
+  return fetch(as.token_endpoint!, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/x-www-form-urlencoded',
+      authorization: `Basic ${Buffer.from(`${confidential.clientId}:${confidential.clientSecret}`).toString('base64')}`,
+      dpop,
+    },
+    body: 'grant_type=client_credentials',
+  });
+}
 
 /** The authorization endpoint with PKCE and dpop_jkt, signed in and approved as a user would; the code it redirects with. */
 async function authorizeWithDpopJkt(verifier: string, jkt: string): Promise<string> {
@@ -348,6 +392,11 @@ describe('the gateway refuses, and forwards nothing', () => {
     expect(response.headers.get('www-authenticate')).toContain(ALGS);
     // The same token where Bearer is accepted passes: the route decides.
     expect((await call(first, '/api/either/tickets', { authorization: `Bearer ${unbound}` })).status).toBe(200);
+  });
+
+  it('no token at all on a route that requires DPoP: the DPoP challenge alone', async () => {
+    const response = await refused(() => call(first, '/api/bound/tickets', {}), 401, 'invalid_token');
+    expect(response.headers.get('www-authenticate')).toBe(`DPoP realm="tokengate", ${ALGS}`);
   });
 
   it('an unbound token sent as DPoP', async () => {

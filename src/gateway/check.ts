@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
-import { checkResourceProof, needsProofStep, type ProofRefusal, type ProofSubject } from '../dpop/resource-proof.js';
+import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/resource-proof.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
@@ -96,7 +96,7 @@ function prove<Target>(
   if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token);
   const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject);
   if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token) : route.denials[proven]));
-  return refusal === null ? authorize(route, credential, token) : route.denials[refusal as ProofRefusal];
+  return refusal === null ? authorize(route, credential, token) : route.denials[refusal];
 }
 
 // 4. authorize: the route's token kind and scopes.

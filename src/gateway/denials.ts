@@ -262,7 +262,7 @@ function challengeOf(spec: DenialSpec, route: RouteConfig, realm: string, failur
       return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS) : bearerChallenge(realm);
     case 'error': {
       const scopes = spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [];
-      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure) : bearerChallenge(realm, failure, scopes);
+      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure, scopes) : bearerChallenge(realm, failure, scopes);
     }
     case 'dpop': {
       const dpop = dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure);
