@@ -4,9 +4,9 @@ import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/store/memory.js';
 import { tokenDigest } from '../src/token/token-value.js';
-import { nginxConf } from '../examples/ingress/configs.mjs';
+import { caddyfile, nginxConf } from '../examples/ingress/configs.mjs';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
+import { caddyCommand, exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
 import { startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { authorizePath, createUser, FormClient, formFields } from './support/issuer.js';
 import { freePort } from './support/ports.js';
@@ -475,14 +475,20 @@ describe('the gateway refuses, and forwards nothing', () => {
   });
 });
 
-describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () => {
+const INGRESSES = [
+  { name: 'nginx', example: 'nginx.conf', version: ['nginx', '-v'], config: nginxConf, command: nginxCommand },
+  { name: 'Caddy', example: 'Caddyfile', version: ['caddy', 'version'], config: caddyfile, command: caddyCommand },
+] as const;
+
+describe.each(INGRESSES)('the decision listener behind $name (examples/ingress/$example)', (kind) => {
   let decider: RunningTokengate;
   let ingress: Ingress;
   let userApi: Awaited<ReturnType<typeof startTicketingApi>>;
   let organizerApi: Awaited<ReturnType<typeof startTicketingApi>>;
 
   beforeAll(async () => {
-    if (!installed('nginx', '-v')) throw new Error('nginx is not installed: apt-get install -y nginx (.ci/run installs it)');
+    if (!installed(kind.version[0], kind.version[1]))
+      throw new Error(`${kind.version[0]} is not installed: apt-get install -y ${kind.version[0]} (.ci/run installs it)`);
     [userApi, organizerApi] = await Promise.all([startTicketingApi('user'), startTicketingApi('organizer')]);
     decider = await startTokengate('dpop-decisions', {
       sharing: first,
@@ -496,9 +502,9 @@ describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () 
     });
     const decisions = new URL(decider.decisionsUrl!).host;
     ingress = await startIngress(
-      'nginx',
-      (address) => nginxConf({ ingress: address, decisions, userApi: userApi.address, organizerApi: organizerApi.address }),
-      nginxCommand,
+      kind.version[0],
+      (address) => kind.config({ ingress: address, decisions, userApi: userApi.address, organizerApi: organizerApi.address }),
+      kind.command,
     );
   });
 
@@ -521,7 +527,7 @@ describe('the decision listener behind nginx (examples/ingress/nginx.conf)', () 
     expect(reached.headers.dpop).toBeUndefined();
     expect(reached.headers.authorization).toBeUndefined();
 
-    // A proof made for the URL as nginx's client names it (exchange sends Host: ingress.test), then the same one again.
+    // A proof made for the URL as the ingress's client names it (exchange sends Host: ingress.test), then the same one again.
     const headers: Array<[string, string]> = [
       ['Authorization', `DPoP ${token}`],
       ['DPoP', await proof(keys, { token, htu: 'http://ingress.test/api/public/events' })],
