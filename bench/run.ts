@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../src/token/token-value.js';
 import { clusterMiss } from './lib/cluster.js';
+import { cacheHitDpop } from './lib/dpop.js';
 import { seedUserTokens } from './lib/fixtures.js';
 import { attempt, elapsedSeconds, progress, rowsInTurns, type Bench, type Results, type Scenario } from './lib/measure.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
@@ -40,6 +41,8 @@ import { ME } from './lib/tokengate-config.js';
  */
 const SCENARIOS: Scenario[] = [
   rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, nginxDecisions, cacheHit, cacheMiss, clusterMiss]),
+  // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
+  rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),
@@ -77,6 +80,7 @@ async function main(): Promise<number> {
     memory: { idleBytes: null, cached: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
+    dpopStoreCommands: null,
     notes: [],
     failures: [],
   };

@@ -8,6 +8,7 @@ import { checkRoutes } from './config/routes.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
+import { createDpop } from './dpop/index.js';
 import { createDecisionListener, type DecisionListener } from './decisions/index.js';
 import { jsonErrorHandler, TokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
@@ -76,11 +77,13 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
+  const tagKeyBytes = decodeTagKey(tagKey);
   const context: TokengateContext = {
     config,
     store: cache ?? store,
     cache,
-    minter: createTokenMinter(decodeTagKey(tagKey)),
+    minter: createTokenMinter(tagKeyBytes),
+    dpop: createDpop(config.dpop, store, tagKeyBytes),
     metrics,
     log,
     requestLog: new RequestLog(config.logging.requests),

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
+import type { Dpop } from './dpop/index.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
@@ -19,6 +20,8 @@ export interface TokengateContext {
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
   cache: CachedStore | null;
   readonly minter: TokenMinter;
+  /** DPoP proof checking: window, replay marks in the shared store, token endpoint nonces (config `dpop`, bound at start). */
+  readonly dpop: Dpop;
   readonly metrics: Metrics;
   readonly log: Logger;
   /** Which completed requests get an access log line (`logging.requests`). */

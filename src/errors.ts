@@ -76,6 +76,19 @@ export const ERRORS = {
   // RFC 6750 section 3.1 (resource requests through the gateway)
   TOKEN_MISSING: { status: 401, error: 'invalid_token', description: 'An access token is required.' },
   INVALID_TOKEN: { status: 401, error: 'invalid_token', description: 'The access token is invalid, expired or revoked.' },
+  // RFC 9449 (DPoP): proofs at the token endpoint (section 5) and at resources (section 7.1)
+  DPOP_TOKEN_REQUIRED: { status: 401, error: 'invalid_token', description: 'This resource requires a DPoP-bound access token and its DPoP proof.' },
+  INVALID_DPOP_PROOF: {
+    status: 401,
+    error: 'invalid_dpop_proof',
+    description: 'The DPoP proof is missing, invalid, or does not match this request or this access token.',
+  },
+  TOKEN_REQUEST_DPOP_PROOF: { status: 400, error: 'invalid_dpop_proof', description: 'The DPoP proof is missing or invalid.' },
+  USE_DPOP_NONCE: {
+    status: 400,
+    error: 'use_dpop_nonce',
+    description: 'The DPoP proof must carry the server nonce given in the DPoP-Nonce response header; retry with it.',
+  },
   INSUFFICIENT_SCOPE: { status: 403, error: 'insufficient_scope', description: 'The access token does not grant access to this resource.' },
   // gateway and service conditions
   NOT_FOUND: { status: 404, error: 'not_found', description: 'No route matches this path.' },
@@ -255,6 +268,22 @@ export function bearerChallenge(realm: string, failure?: { error: string; descri
   if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
   if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
   return challenge;
+}
+
+/**
+ * The `WWW-Authenticate` value of RFC 9449 section 7.1: the DPoP scheme, the error when a token
+ * or proof was presented, and the algorithms a proof may use.
+ */
+export function dpopChallenge(
+  realm: string,
+  algorithms: readonly string[],
+  failure?: { error: string; description: string },
+  scopes: readonly string[] = [],
+): string {
+  let challenge = `DPoP realm=${quoteAuthParam(realm)}`;
+  if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
+  if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
+  return `${challenge}, algs=${quoteAuthParam(algorithms.join(' '))}`;
 }
 
 /** The response an error is answered with, wherever it is answered: its status, its headers and the RFC body. */

@@ -87,7 +87,7 @@ describe('admin API authentication', () => {
 describe('admin API: applications', () => {
   it('creates a confidential application and shows its secret once; the store keeps only the digest', async () => {
     const created = await createApplication({ scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
-    expect(Object.keys(created)).toEqual(['client_id', 'client_secret', 'name', 'confidential', 'redirect_uris', 'scopes', 'created_at']);
+    expect(Object.keys(created)).toEqual(['client_id', 'client_secret', 'name', 'confidential', 'redirect_uris', 'scopes', 'dpop', 'created_at']);
     expect(created).toMatchObject({
       name: 'Box office',
       confidential: true,
@@ -160,6 +160,7 @@ describe('admin API: applications', () => {
     await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { confidential: false }), 'cannot update confidential');
     await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { redirect_uris: ['http://box.example/cb'] }), 'must use https');
     await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { scopes: ['admin'] }), 'unknown scope "admin"');
+    await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { dpop: 'always' }), 'dpop must be "required"');
     // A refused update changes nothing.
     expect(await running.store.getApplication(created.client_id)).toMatchObject({ name: 'Box office (renamed)', redirectUris: created.redirect_uris });
   });

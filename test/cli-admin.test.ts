@@ -57,7 +57,7 @@ describe('tokengate apps', () => {
 
     const list = await tokengate(withConfig('apps', 'list'));
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +REDIRECT_URIS +CREATED$/m);
+    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +DPOP +REDIRECT_URIS +CREATED$/m);
     expect(list.stdout).toContain(clientId);
     expect(list.stdout).not.toContain(clientSecret);
   });
@@ -103,6 +103,10 @@ describe('tokengate apps', () => {
     expect(JSON.parse(updated.stdout)).toMatchObject({ client_id: application.client_id, name: 'Scanner v2', scopes: ['public'] });
     expect(await running.store.getApplication(application.client_id)).toMatchObject({ name: 'Scanner v2', redirectUris: application.redirect_uris });
     expect(await tokengate(withConfig('apps', 'update', application.client_id))).toMatchObject({ code: 2 });
+    const dpop = await tokengate(withConfig('apps', 'update', application.client_id, '--dpop', 'required', '--json'));
+    expect(JSON.parse(dpop.stdout)).toMatchObject({ client_id: application.client_id, dpop: 'required' });
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ dpop: 'required' });
+    expect(await tokengate(withConfig('apps', 'update', application.client_id, '--dpop', 'allowed'))).toMatchObject({ code: 0 });
 
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), {

@@ -309,6 +309,7 @@ describe('GET /.well-known/oauth-authorization-server (RFC 8414)', () => {
       revocation_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
       introspection_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post'],
       scopes_supported: ['public', 'write'],
+      dpop_signing_alg_values_supported: ['ES256', 'EdDSA', 'Ed25519', 'RS256', 'PS256'],
     });
   });
 });

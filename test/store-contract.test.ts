@@ -200,6 +200,45 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect(await store.consumeAuthorizationCode(newDigest())).toBeNull();
   });
 
+  it('keeps the DPoP binding of access and refresh tokens and codes (jkt), cached or not', async () => {
+    const jkt = 'x'.repeat(43);
+    const access = newDigest();
+    await store.saveAccessToken(access, accessToken({ jkt }));
+    expect((await store.getAccessToken(access))?.jkt).toBe(jkt);
+    // Read a second time: a cache answers from its own entry now.
+    expect((await subject.peer.getAccessToken(access))?.jkt).toBe(jkt);
+    expect((await store.getAccessToken(access))?.jkt).toBe(jkt);
+    const unbound = newDigest();
+    await store.saveAccessToken(unbound, accessToken());
+    expect((await store.getAccessToken(unbound))?.jkt).toBeUndefined();
+    const now = Date.now();
+    const refresh = newDigest();
+    await store.saveRefreshToken(refresh, {
+      clientId: 'c',
+      userId: 'u',
+      scopes: ['public'],
+      familyId: `f-${refresh}`,
+      issuedAt: now,
+      expiresAt: now + 60_000,
+      jkt,
+    });
+    expect((await store.getRefreshToken(refresh))?.jkt).toBe(jkt);
+    const code = newDigest();
+    await store.saveAuthorizationCode(code, {
+      clientId: 'c',
+      userId: 'u',
+      redirectUri: 'https://app.example/cb',
+      scopes: ['public'],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+      familyId: `f-${code}`,
+      issuedAt: now,
+      expiresAt: now + 60_000,
+      jkt,
+    });
+    expect((await store.consumeAuthorizationCode(code))?.record.jkt).toBe(jkt);
+  });
+
   it('saves, reads and revokes access tokens, publishing the revocation to every subscriber', async () => {
     const events: RevocationEvent[] = [];
     const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onInterrupted: () => {}, onReset: () => {} });

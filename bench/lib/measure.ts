@@ -60,6 +60,8 @@ export interface Results {
   revocation: { samples: number; p50Ms: number; p99Ms: number; maxMs: number } | null;
   /** Redis commands executed while the forged-token row ran. */
   forgedStoreCalls: number | null;
+  /** Redis commands executed while the DPoP cached-token row ran (its replay marks), and the requests it answered. */
+  dpopStoreCommands: { commands: number; requests: number } | null;
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];

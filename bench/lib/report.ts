@@ -98,6 +98,11 @@ function memoryLines(results: Results): string[] {
     );
   const revocation = results.revocation;
   if (results.forgedStoreCalls !== null) lines.push(`Redis commands while forged tokens were refused: ${results.forgedStoreCalls}`);
+  const dpop = results.dpopStoreCommands;
+  if (dpop !== null && dpop.requests > 0)
+    lines.push(
+      `Redis commands per 1,000 DPoP requests (replay marks): ${((dpop.commands / dpop.requests) * 1000).toFixed(0)} (${dpop.commands} for ${dpop.requests})`,
+    );
   if (revocation !== null)
     lines.push(
       `revocation seen by a second sidecar (${revocation.samples} tokens): p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,

@@ -22,6 +22,8 @@ export interface BenchConfigOptions {
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
 export const ME = '/api/public/me';
+/** The same route for DPoP-bound tokens only (the DPoP cached-token row). */
+export const DPOP_PATH = '/api/public/me-dpop';
 
 export function tokengateConfigYaml(options: BenchConfigOptions): string {
   const config = {
@@ -32,7 +34,10 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
         ? { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix }
         : { driver: 'redis', cluster: { nodes: options.clusterNodes }, keyPrefix: options.keyPrefix },
     issuer: { issuerUrl: `http://127.0.0.1:${options.port}`, tokenTagKey: options.tokenTagKey },
-    routes: [{ path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl }],
+    routes: [
+      { path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl },
+      { path: DPOP_PATH, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], dpop: 'required', upstream: options.upstreamUrl },
+    ],
     ...(options.decisionsPort === undefined ? {} : { decisions: { enabled: true, host: '127.0.0.1', port: options.decisionsPort } }),
     logging: { level: 'info' },
   };

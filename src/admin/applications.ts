@@ -13,6 +13,8 @@ export interface ApplicationView {
   confidential: boolean;
   redirect_uris: string[];
   scopes: string[];
+  /** `required`: the token endpoint issues it DPoP-bound tokens only; `allowed`: Bearer tokens too. */
+  dpop: 'required' | 'allowed';
   created_at: string;
 }
 
@@ -23,6 +25,7 @@ function view(application: ApplicationRecord): ApplicationView {
     confidential: application.confidential,
     redirect_uris: application.redirectUris,
     scopes: application.scopes,
+    dpop: application.dpop ?? 'allowed',
     created_at: new Date(application.createdAt).toISOString(),
   };
 }

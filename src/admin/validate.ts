@@ -49,11 +49,11 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes): Appli
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop'>>;
 
 export function readApplicationPatch(body: unknown, issuer: IssuerScopes): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop']);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -64,6 +64,11 @@ export function readApplicationPatch(body: unknown, issuer: IssuerScopes): Appli
   if (redirectUris !== undefined) patch.redirectUris = readRedirectUris(redirectUris);
   const scopes = stringList(fields, 'scopes');
   if (scopes !== undefined) patch.scopes = readScopes(scopes, issuer);
+  const dpop = fields.dpop;
+  if (dpop !== undefined) {
+    if (dpop !== 'required' && dpop !== 'allowed') throw invalid('dpop must be "required" (DPoP-bound tokens only) or "allowed" (Bearer tokens too)');
+    patch.dpop = dpop;
+  }
   return patch;
 }
 

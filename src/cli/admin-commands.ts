@@ -56,7 +56,8 @@ async function readPasswordFromStdin(): Promise<string> {
 }
 
 const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
-const APPS_UPDATE_USAGE = 'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--json]';
+const APPS_UPDATE_USAGE =
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--dpop required|allowed] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
 
@@ -123,10 +124,11 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
           app.confidential ? 'confidential' : 'public',
           app.name,
           app.scopes.join(' '),
+          app.dpop,
           app.redirect_uris.join(' '),
           app.created_at,
         ]);
-        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'REDIRECT_URIS', 'CREATED'], rows));
+        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'DPOP', 'REDIRECT_URIS', 'CREATED'], rows));
       }
       return 0;
     },
@@ -140,6 +142,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       name: { type: 'string' },
       'redirect-uri': { type: 'string', multiple: true },
       scopes: { type: 'string' },
+      dpop: { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
@@ -147,6 +150,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
         ...(values.scopes === undefined ? {} : { scopes: scopeList(values.scopes) }),
+        ...(values.dpop === undefined ? {} : { dpop: values.dpop }),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

@@ -231,6 +231,27 @@ export const DecisionsSchema = closed({
   port: Type.Integer({ minimum: 0, maximum: 65535, default: 9191, description: 'Port of the decision listener; 0 picks a free one.' }),
 });
 
+export const DpopSchema = closed({
+  proofMaxAgeSeconds: Seconds(
+    60,
+    "How old a DPoP proof may be (its `iat`), at the token endpoint and on every route; also how long each proof's `jti` is remembered to refuse a replay on any sidecar.",
+    1,
+  ),
+  clockSkewSeconds: Seconds(5, "How far in the future a DPoP proof's `iat` may be, for clients whose clock runs ahead."),
+  tokenEndpointNonce: Type.Boolean({
+    default: true,
+    description:
+      'The token endpoint requires a server nonce in DPoP proofs (RFC 9449 section 8): a proof without a fresh one is answered 400 `use_dpop_nonce` with a `DPoP-Nonce` to retry with.',
+  }),
+  nonceLifetimeSeconds: Seconds(300, 'How long a `DPoP-Nonce` the token endpoint hands out stays accepted (between this and twice this).', 10),
+  replayCacheEntries: Type.Integer({
+    minimum: 0,
+    default: 10_000,
+    description:
+      'Proof `jti`s each process remembers itself, to refuse a replay it saw without asking the store. 0: every proof asks the store. The store is asked about every proof seen the first time either way.',
+  }),
+});
+
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
@@ -260,6 +281,11 @@ export const RouteSchema = Type.Object(
     timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
     allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
     allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
+    dpop: oneOf(
+      ['required', 'allowed'] as const,
+      'allowed',
+      '`required`: only DPoP-bound tokens, each with its proof (`Authorization: DPoP` and a `DPoP` header). `allowed`: Bearer tokens too; a DPoP-bound token always needs its proof.',
+    ),
     allowQueryTokenThroughIngress: Type.Boolean({
       default: false,
       description:
@@ -287,6 +313,7 @@ export const ConfigSchema = Type.Object(
     cache: CacheSchema,
     gateway: GatewaySchema,
     decisions: DecisionsSchema,
+    dpop: DpopSchema,
     routes: Type.Array(RouteSchema, { default: [] }),
     logging: LoggingSchema,
   },
@@ -301,3 +328,4 @@ export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
 export type LoggingConfig = Static<typeof LoggingSchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
+export type DpopConfig = Static<typeof DpopSchema>;

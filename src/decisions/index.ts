@@ -94,7 +94,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started);
     // 1-3. extract -> verify -> authorize, with the route as an ingress applies it (no body, no query token unless allowed).
     const route = located.route.throughIngress;
-    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0);
+    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original);
     if (checked instanceof Promise) {
       checked.then(
         (outcome) => answer(request, response, route, outcome, withBody, requestId, started),

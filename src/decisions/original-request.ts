@@ -22,15 +22,44 @@ export const ENDPOINTS = {
 
 export type Endpoint = keyof typeof ENDPOINTS;
 
-/** The request the ingress asks about, with the check request's headers (the ingress passes the client's on). */
-export interface OriginalRequest extends CredentialSource {
-  /** Where the ingress asked: the nginx endpoint answers with its body in a header too (nginx drops the body of an auth answer). */
-  readonly endpoint: Endpoint;
-  readonly method: string;
-  /** Origin-form path and query, as the client sent them. */
-  readonly target: string;
-  readonly headers: IncomingHttpHeaders;
-  readonly rawHeaders: string[];
+/**
+ * The request the ingress asks about, with the check request's headers (the ingress passes the
+ * client's on). Scheme and host, which only a DPoP proof's `htu` is compared with, are read
+ * from the ingress's headers when asked for: nginx sends X-Original-Proto and X-Original-Host
+ * (examples/ingress/nginx.conf), Traefik and Caddy X-Forwarded-Proto and X-Forwarded-Host, and
+ * Envoy the original Host with X-Forwarded-Proto.
+ */
+export class OriginalRequest implements CredentialSource {
+  constructor(
+    /** Where the ingress asked: the nginx endpoint answers with its body in a header too (nginx drops the body of an auth answer). */
+    readonly endpoint: Endpoint,
+    readonly method: string,
+    /** Origin-form path and query, as the client sent them. */
+    readonly target: string,
+    readonly headers: IncomingHttpHeaders,
+    readonly rawHeaders: string[],
+  ) {}
+
+  /** The request target, under the name the DPoP step reads. */
+  get url(): string {
+    return this.target;
+  }
+
+  get protocol(): string | undefined {
+    const name = this.endpoint === 'authRequest' ? 'x-original-proto' : 'x-forwarded-proto';
+    const value = this.headers[name];
+    return typeof value === 'string' ? value : undefined;
+  }
+
+  get host(): string | undefined {
+    const value =
+      this.endpoint === 'authRequest'
+        ? this.headers['x-original-host']
+        : this.endpoint === 'forwardAuth'
+          ? this.headers['x-forwarded-host']
+          : this.headers.host;
+    return typeof value === 'string' ? value : undefined;
+  }
 }
 
 /** Reads the original request of a check request, or the answer for a check request that names none. */
@@ -64,7 +93,7 @@ export function originalRequestReader(metrics: Metrics, requests: RouteRequests)
     const method = request.headers[methodHeader];
     const target = request.headers[uriHeader];
     if (typeof method !== 'string' || method === '' || typeof target !== 'string' || target === '') return missing[endpoint];
-    return { endpoint, method, target, headers: request.headers, rawHeaders: request.rawHeaders };
+    return new OriginalRequest(endpoint, method, target, request.headers, request.rawHeaders);
   }
 
   return function readOriginalRequest(request) {
@@ -72,13 +101,7 @@ export function originalRequestReader(metrics: Metrics, requests: RouteRequests)
     if (isEndpoint(url, ENDPOINTS.authRequest)) return fromHeaders(request, 'authRequest', 'x-original-method', 'x-original-uri');
     if (isEndpoint(url, ENDPOINTS.forwardAuth)) return fromHeaders(request, 'forwardAuth', 'x-forwarded-method', 'x-forwarded-uri');
     if (url.startsWith(envoyPrefix)) {
-      return {
-        endpoint: 'extAuthz',
-        method: request.method!,
-        target: url.slice(ENDPOINTS.extAuthz.length),
-        headers: request.headers,
-        rawHeaders: request.rawHeaders,
-      };
+      return new OriginalRequest('extAuthz', request.method!, url.slice(ENDPOINTS.extAuthz.length), request.headers, request.rawHeaders);
     }
     return unknownEndpoint;
   };

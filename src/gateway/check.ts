@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
+import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/resource-proof.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
@@ -14,10 +15,12 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  * never disagree. Each step gives its result or a denial compiled at start.
  *
  *   where (normalize the path, match a route, check the method) -> extract the one credential
- *   -> verify the token -> authorize the route's token kind and scopes
+ *   -> verify the token -> prove (DPoP, for DPoP requests, bound tokens and DPoP routes only)
+ *   -> authorize the route's token kind and scopes
  *
- * Only two steps may have to wait: reading a body that can carry the token, and reading the
- * store on a cache miss. A step that waits hands its result on with .then; one that does not
+ * Only three steps may have to wait: reading a body that can carry the token, reading the
+ * store on a cache miss, and checking a DPoP proof (its signature, and its replay mark in the
+ * shared store). A step that waits hands its result on with .then; one that does not
  * calls the next directly, so a cached token in a header is checked without a single promise.
  */
 
@@ -51,17 +54,22 @@ export function locate<Target>(table: RouteTable<Target>, method: string, target
   return { route, path, query: queryStart === -1 ? '' : target.slice(queryStart + 1) };
 }
 
-/** 1-3. extract -> verify -> authorize. `body`: the request body where it may carry the token, else null. */
+/**
+ * 1-4. extract -> verify -> prove -> authorize. `body`: the request body where it may carry the
+ * token, else null. `subject`: the request as the client made it (method, scheme, host, target),
+ * read only by the DPoP step.
+ */
 export function check<Target>(
   context: TokengateContext,
   located: Located<Target>,
   request: CredentialSource,
   body: Readable | null,
   bodyLimit: number,
+  subject: ProofSubject,
 ): Checked | Denial | Promise<Checked | Denial> {
   const { route } = located;
   const credential = extractCredential(route, request, located.query, body, bodyLimit);
-  return credential instanceof Promise ? credential.then((read) => verify(context, route, read)) : verify(context, route, credential);
+  return credential instanceof Promise ? credential.then((read) => verify(context, route, read, subject)) : verify(context, route, credential, subject);
 }
 
 // 2. verify: the cache, else the tag check and one store read.
@@ -69,15 +77,30 @@ function verify<Target>(
   context: TokengateContext,
   route: GatewayRoute<Target>,
   credential: Credential | ExtractionFailure,
+  subject: ProofSubject,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof credential === 'string') return route.denials[credential];
   const token = verifyToken(context, credential.token);
-  return token instanceof Promise ? token.then((read) => authorize(route, credential, read)) : authorize(route, credential, token);
+  return token instanceof Promise ? token.then((read) => prove(context, route, credential, read, subject)) : prove(context, route, credential, token, subject);
 }
 
-// 3. authorize: the route's token kind and scopes.
-function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken | VerificationFailure): Checked | Denial {
+// 3. prove: DPoP (RFC 9449 section 7.1), where the request, the token or the route calls for it.
+function prove<Target>(
+  context: TokengateContext,
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken | VerificationFailure,
+  subject: ProofSubject,
+): Checked | Denial | Promise<Checked | Denial> {
   if (typeof token === 'string') return route.denials[token];
+  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token);
+  const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject);
+  if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token) : route.denials[proven]));
+  return refusal === null ? authorize(route, credential, token) : route.denials[refusal];
+}
+
+// 4. authorize: the route's token kind and scopes.
+function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken): Checked | Denial {
   const refusal = authorizeRoute(route, token);
   return refusal === null ? { credential, token } : route.denials[refusal];
 }

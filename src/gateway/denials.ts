@@ -1,6 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { RouteConfig } from '../config/schema.js';
-import { bearerChallenge, ERRORS, renderError, TokengateError, type ErrorCode } from '../errors.js';
+import { DPOP_SIGNING_ALGORITHMS } from '../dpop/algorithms.js';
+import { bearerChallenge, dpopChallenge, ERRORS, renderError, TokengateError, type ErrorCode } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { RouteRequests } from '../observability/requests.js';
 import { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
@@ -11,13 +12,14 @@ import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
  * stable `reason` (the log field and the `reason` label of tokengate_gateway_requests_total and
  * tokengate_decisions_total). Each names its error in src/errors.ts, whether it carries an
  * RFC 6750 section 3 challenge (`bare`: no credential was presented, so no error code; `error`:
- * with the error code and description), and its outcome label: `denied` before forwarding,
+ * with the error code and description; `dpop`: an RFC 9449 DPoP challenge with its error, beside
+ * a bare Bearer one where the route accepts Bearer tokens), and its outcome label: `denied` before forwarding,
  * `failed` when the upstream did not answer. `only` marks the answers one listener alone gives
  * (the other neither counts nor exports them).
  */
 interface DenialSpec {
   code: ErrorCode;
-  challenge: 'none' | 'bare' | 'error';
+  challenge: 'none' | 'bare' | 'error' | 'dpop';
   outcome: 'denied' | 'failed';
   description?: string;
   only?: 'gateway' | 'decisions';
@@ -94,6 +96,61 @@ const DENIALS = {
   forged_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   unknown_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   expired_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
+  dpop_required: { code: 'DPOP_TOKEN_REQUIRED', challenge: 'dpop', outcome: 'denied' },
+  dpop_token_as_bearer: {
+    code: 'INVALID_TOKEN',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'This access token is DPoP-bound: send it as Authorization: DPoP, with a DPoP proof.',
+  },
+  dpop_unbound_token: {
+    code: 'INVALID_TOKEN',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'This access token is not DPoP-bound: send it as Authorization: Bearer.',
+  },
+  dpop_proof_missing: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'A request with Authorization: DPoP needs exactly one DPoP header.',
+  },
+  dpop_proof_invalid: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: `The DPoP proof is not a dpop+jwt with jti, htm and htu, signed with ${DPOP_SIGNING_ALGORITHMS.join(', ')} by the public key in its jwk header.`,
+  },
+  dpop_proof_stale: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'The DPoP proof was made too long ago or in the future (iat); make a new one.',
+  },
+  dpop_proof_mismatch: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'The DPoP proof is for another method or URL (htm, htu).',
+  },
+  dpop_ath_mismatch: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'The DPoP proof is for another access token (ath).',
+  },
+  dpop_key_mismatch: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'The DPoP proof is signed by another key than the one the access token is bound to.',
+  },
+  dpop_proof_replayed: {
+    code: 'INVALID_DPOP_PROOF',
+    challenge: 'dpop',
+    outcome: 'denied',
+    description: 'The DPoP proof was used before (jti); make a new one for each request.',
+  },
   store_unavailable: { code: 'STORE_UNAVAILABLE', challenge: 'none', outcome: 'denied' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
@@ -181,14 +238,37 @@ export function compileRouteDenials(
     const description = reason === 'wrong_token_kind' ? `This route requires ${route.token === 'user' ? 'a user' : 'an application'} token.` : spec.description;
     const failure = { error: ERRORS[spec.code].error, description: description ?? ERRORS[spec.code].description };
     const headers: Record<string, string> = {};
-    if (spec.challenge === 'bare') headers['www-authenticate'] = bearerChallenge(realm);
-    if (spec.challenge === 'error') headers['www-authenticate'] = bearerChallenge(realm, failure, spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : []);
+    const challenge = challengeOf(spec, route, realm, failure);
+    if (challenge !== undefined) headers['www-authenticate'] = challenge;
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
     // The client may not drain a refused body: close the connection instead of reading it.
     if (reason === 'body_too_large') headers.connection = 'close';
     denials[reason as RouteDenialReason] = compileDenial(reason, { description, headers }, counted, requests);
   }
   return denials;
+}
+
+/**
+ * The challenge a route's refusal carries. A route that requires DPoP answers with the DPoP
+ * scheme alone (RFC 9449 section 7.1); on the others the Bearer challenges stay as they are, and
+ * a refusal of DPoP itself names the DPoP scheme, its error and `algs`, then Bearer beside it.
+ */
+function challengeOf(spec: DenialSpec, route: RouteConfig, realm: string, failure: { error: string; description: string }): string | undefined {
+  const dpopOnly = route.dpop === 'required';
+  switch (spec.challenge) {
+    case 'none':
+      return undefined;
+    case 'bare':
+      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS) : bearerChallenge(realm);
+    case 'error': {
+      const scopes = spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [];
+      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure, scopes) : bearerChallenge(realm, failure, scopes);
+    }
+    case 'dpop': {
+      const dpop = dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure);
+      return dpopOnly ? dpop : `${dpop}, ${bearerChallenge(realm)}`;
+    }
+  }
 }
 
 function compileDenial(

@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
-import { MALFORMED_BEARER, parseBearer } from '../http/bearer.js';
+import { MALFORMED_BEARER, parseBearer, parseDpopAuthorization } from '../http/bearer.js';
 import { parameterTaker } from '../http/form.js';
 import { takeJsonMember } from '../http/json-member.js';
 import type { RouteDenialReason } from './denials.js';
@@ -16,12 +16,18 @@ import type { RouteDenialReason } from './denials.js';
  * - the `access_token` parameter of an `application/x-www-form-urlencoded` (2.2) or
  *   `application/json` body of a POST request, on routes that accept body tokens. Only such a
  *   body is read (up to server.bodyLimit); every other body streams to the upstream untouched.
+ * - the `Authorization: DPoP <token>` header of RFC 9449 section 7.1, with the request's `DPoP`
+ *   proof header (checked after the token, see src/dpop/resource-proof.ts).
  * Two methods at once, a repeated parameter or two Authorization headers: 400 invalid_request.
  * So is a query or form parameter that frameworks read as `access_token` although it is
  * spelled otherwise (`ACCESS_TOKEN`, `access_token[]`): it would reach the upstream unchecked.
  */
 export interface Credential {
   readonly token: string;
+  /** `dpop` for `Authorization: DPoP`; `bearer` for every other way a token is sent. */
+  readonly scheme: 'bearer' | 'dpop';
+  /** The one `DPoP` header of a DPoP credential; undefined otherwise (none, or more than one). */
+  readonly proof: string | undefined;
   /** The query string to forward (without `?`): the request's, minus every access_token parameter. */
   readonly query: string;
   /** The body to forward when it had to be read (without access_token), else undefined. */
@@ -70,6 +76,8 @@ export function extractCredential(
   bodyLimit: number,
 ): Credential | ExtractionFailure | Promise<Credential | ExtractionFailure> {
   let token: string | undefined;
+  let scheme: Credential['scheme'] = 'bearer';
+  let proof: string | undefined;
   const authorization = request.headers.authorization;
   if (authorization !== undefined) {
     // Node keeps only the first of repeated Authorization headers: refuse the ambiguity instead.
@@ -77,6 +85,16 @@ export function extractCredential(
     const bearer = parseBearer(authorization);
     if (bearer === MALFORMED_BEARER) return 'malformed_credential';
     if (bearer !== null) token = bearer;
+    else {
+      const dpop = parseDpopAuthorization(authorization);
+      if (dpop === MALFORMED_BEARER) return 'malformed_credential';
+      if (dpop !== null) {
+        token = dpop;
+        scheme = 'dpop';
+        // Node joins repeated DPoP fields with ", ": exactly one is accepted (RFC 9449 section 4.3).
+        proof = countHeader(request.rawHeaders, 'dpop') === 1 ? (request.headers.dpop as string) : undefined;
+      }
+    }
   }
 
   let query = rawQuery;
@@ -93,16 +111,17 @@ export function extractCredential(
 
   if (body !== null && route.allowBodyToken && request.method === 'POST') {
     const type = mediaType(request.headers['content-type']);
-    if (type === FORM || type === JSON_TYPE) return extractFromBody(request, body, type, token, query, bodyLimit);
+    if (type === FORM || type === JSON_TYPE)
+      return extractFromBody(request, body, type, token === undefined ? undefined : { token, scheme, proof }, query, bodyLimit);
   }
-  return token === undefined ? 'token_missing' : { token, query, body: undefined };
+  return token === undefined ? 'token_missing' : { token, scheme, proof, query, body: undefined };
 }
 
 async function extractFromBody(
   request: CredentialSource,
   body: Readable,
   type: string,
-  earlier: string | undefined,
+  earlier: Pick<Credential, 'token' | 'scheme' | 'proof'> | undefined,
   query: string,
   bodyLimit: number,
 ): Promise<Credential | ExtractionFailure> {
@@ -111,11 +130,11 @@ async function extractFromBody(
   if (typeof raw === 'string') return raw;
   const taken = type === FORM ? takeFormToken(raw) : takeJsonToken(raw);
   if (typeof taken === 'string') return taken;
-  if (taken === null) return earlier === undefined ? 'token_missing' : { token: earlier, query, body: raw };
+  if (taken === null) return earlier === undefined ? 'token_missing' : { ...earlier, query, body: raw };
   if (earlier !== undefined || taken.values.length > 1) return 'multiple_credentials';
   const token = taken.values[0];
   if (token === undefined || token === '') return 'malformed_credential';
-  return { token, query, body: taken.body };
+  return { token, scheme: 'bearer', proof: undefined, query, body: taken.body };
 }
 
 type TakenToken = { values: ReadonlyArray<string | undefined>; body: Buffer } | null;

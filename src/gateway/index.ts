@@ -90,7 +90,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
     }
 
     /**
-     * The request path, in order: where -> extract -> verify -> authorize (./check.ts, shared
+     * The request path, in order: where -> extract -> verify -> prove -> authorize (./check.ts, shared
      * with the decision listener) -> forward. Returns undefined when it has answered (or handed
      * the reply to the forwarder), and a promise of the reply when a step had to wait.
      */
@@ -103,12 +103,13 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
       // 1-3. extract -> verify -> authorize: one RFC 6750 credential, a valid token, the route's kind and scopes.
-      const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit);
+      // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
+      const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request);
       if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
       return forward(request, reply, located, checked);
     }
 
-    // 4. forward: to the upstream of the token's kind, with identity headers and without the credential.
+    // 5. forward: to the upstream of the token's kind, with identity headers and without the credential.
     function forward(request: FastifyRequest, reply: FastifyReply, located: Located<ForwardTarget>, checked: Checked | Denial): undefined {
       if (isDenial(checked)) return refuse(request, reply, checked);
       const target = located.route.targets[checked.token.kind]!;

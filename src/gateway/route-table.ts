@@ -18,6 +18,8 @@ export interface GatewayRoute<Target> {
   readonly scopes: readonly string[];
   readonly allowQueryToken: boolean;
   readonly allowBodyToken: boolean;
+  /** `dpop: required`: only DPoP-bound tokens with their proof. */
+  readonly requireDpop: boolean;
   /** Where each kind of token goes; null for a kind the route refuses. */
   readonly targets: Readonly<Record<TokenKind, Target | null>>;
   /** False for a route without upstreams: only the decision listener decides it, the gateway answers 404. */
@@ -100,6 +102,7 @@ export function compileRouteTable<Target>(
       scopes: route.scopes,
       allowQueryToken,
       allowBodyToken,
+      requireDpop: route.dpop === 'required',
       targets,
       forwarded,
       denials,

@@ -46,6 +46,8 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean):
     requestIdHeader,
     'authorization',
     'proxy-authorization',
+    // The DPoP proof is a credential too (RFC 9449): it goes no further than the check.
+    'dpop',
     // The upstream's own host comes from its origin; the client's goes in X-Forwarded-Host.
     'host',
     // Answered by the gateway itself once the request is checked (see the gateway's handler).

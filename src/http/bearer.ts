@@ -26,3 +26,17 @@ export function parseBearer(authorization: string): string | typeof MALFORMED_BE
 export function isBearerToken(value: string): boolean {
   return BEARER.test(`Bearer ${value}`);
 }
+
+const DPOP = /^DPoP +([A-Za-z0-9\-._~+/]+=*)$/i;
+const DPOP_SCHEME = /^dpop(?:[ \t]|$)/i;
+
+/**
+ * The token of an `Authorization: DPoP` header (RFC 9449 section 7.1, the same token68 syntax as
+ * Bearer); MALFORMED_BEARER for a broken one; null for another scheme. Only asked about a header
+ * that is not Bearer, so Bearer requests never pay for it.
+ */
+export function parseDpopAuthorization(authorization: string): string | typeof MALFORMED_BEARER | null {
+  const match = DPOP.exec(authorization);
+  if (match !== null) return match[1]!;
+  return DPOP_SCHEME.test(authorization) ? MALFORMED_BEARER : null;
+}

@@ -11,10 +11,12 @@ interface IntrospectionResponse {
   active: boolean;
   scope?: string;
   client_id?: string;
-  token_type?: 'Bearer';
+  token_type?: 'Bearer' | 'DPoP';
   exp?: number;
   iat?: number;
   sub?: string;
+  /** RFC 9449 section 6.2: the thumbprint of the key a DPoP-bound token is bound to. */
+  cnf?: { jkt: string };
 }
 
 const INACTIVE: IntrospectionResponse = { active: false };
@@ -44,9 +46,10 @@ function describe(found: FoundToken): IntrospectionResponse {
     scope: formatScope(record.scopes),
     client_id: record.clientId,
     // token_type names an access token type (RFC 7662 section 2.2 via RFC 6749 section 7.1); a refresh token has none.
-    ...(found.type === 'access_token' ? { token_type: 'Bearer' as const } : {}),
+    ...(found.type === 'access_token' ? { token_type: record.jkt === undefined ? ('Bearer' as const) : ('DPoP' as const) } : {}),
     exp: Math.floor(record.expiresAt / 1000),
     iat: Math.floor(record.issuedAt / 1000),
     ...(record.userId === null ? {} : { sub: record.userId }),
+    ...(record.jkt === undefined ? {} : { cnf: { jkt: record.jkt } }),
   };
 }

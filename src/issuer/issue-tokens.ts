@@ -6,7 +6,8 @@ import { tokenDigest } from '../token/token-value.js';
 /** The token endpoint's 200 body; keys in this order, as the ticketing service sends them. */
 export interface TokenResponse {
   access_token: string;
-  token_type: 'Bearer';
+  /** `DPoP` for a token bound to the key of the request's proof (RFC 9449 section 5). */
+  token_type: 'Bearer' | 'DPoP';
   expires_in: number;
   refresh_token?: string;
   scope: string;
@@ -15,7 +16,7 @@ export interface TokenResponse {
 
 /** What a grant decided to issue. */
 export type Issuance =
-  | { kind: 'application'; clientId: string; scopes: string[] }
+  | { kind: 'application'; clientId: string; scopes: string[]; jkt: string | null }
   | {
       kind: 'user';
       clientId: string;
@@ -25,6 +26,10 @@ export type Issuance =
       scopes: string[];
       /** Scopes of the refresh token: those of the whole grant, even when this access token is narrowed (RFC 6749 section 6). */
       grantScopes: string[];
+      /** The DPoP key the access token is bound to; null: a Bearer token. */
+      jkt: string | null;
+      /** Bind the refresh token to `jkt` too (public clients, RFC 9449 section 5). */
+      bindRefreshToken: boolean;
     };
 
 /**
@@ -44,6 +49,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     familyId: issuance.kind === 'user' ? issuance.familyId : null,
     issuedAt,
     expiresAt: issuedAt + accessTokenTtl * 1000,
+    ...(issuance.jkt === null ? {} : { jkt: issuance.jkt }),
   };
   const saves = [context.store.saveAccessToken(tokenDigest(accessToken), access)];
 
@@ -57,6 +63,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
       familyId: issuance.familyId,
       issuedAt,
       expiresAt: issuedAt + refreshTokenTtl * 1000,
+      ...(issuance.jkt !== null && issuance.bindRefreshToken ? { jkt: issuance.jkt } : {}),
     };
     saves.push(context.store.saveRefreshToken(tokenDigest(refreshToken), refresh));
   }
@@ -64,7 +71,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
 
   return {
     access_token: accessToken,
-    token_type: 'Bearer',
+    token_type: issuance.jkt === null ? 'Bearer' : 'DPoP',
     expires_in: accessTokenTtl,
     ...(refreshToken === undefined ? {} : { refresh_token: refreshToken }),
     scope: formatScope(issuance.scopes),

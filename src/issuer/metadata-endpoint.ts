@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { DPOP_SIGNING_ALGORITHMS } from '../dpop/algorithms.js';
 import { CLIENT_AUTH_METHODS } from './client-auth.js';
 import { GRANT_TYPES } from './grant-types/index.js';
 import { INTROSPECTION_ENDPOINT_PATH } from './introspection-endpoint.js';
@@ -36,5 +37,6 @@ export function authorizationServerMetadata(context: TokengateContext) {
     revocation_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
     introspection_endpoint_auth_methods_supported: secretMethods,
     scopes_supported: [...context.config.issuer.scopes],
+    dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGORITHMS],
   };
 }

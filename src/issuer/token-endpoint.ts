@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { tokenRequestBinding } from '../dpop/token-request.js';
 import { toTokengateError } from '../errors.js';
 import { TokengateError } from '../errors.js';
 import { parseScope } from '../token/scope.js';
@@ -15,6 +16,7 @@ export const TOKEN_ENDPOINT_PATH = '/oauth/token';
  * error the request deserves, which the issuer's error handler renders.
  */
 export function registerTokenEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  const tokenEndpointUrl = `${context.config.issuer.issuerUrl.replace(/\/+$/, '')}${TOKEN_ENDPOINT_PATH}`;
   scope.post(
     TOKEN_ENDPOINT_PATH,
     {
@@ -23,13 +25,14 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
         context.metrics.tokenErrors.inc({ error: toTokengateError(error).error });
       },
     },
-    async function tokenEndpoint(request) {
+    async function tokenEndpoint(request, reply) {
       const parameters = rejectRepeatedParameters(parseBody(request));
       const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
       const grantType = supportedGrantType(parameters);
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
-      const response = await grantType.issue({ parameters, requestedScopes, client, context, log: request.log });
+      const dpopJkt = await tokenRequestBinding(request, reply, context, client.application, tokenEndpointUrl);
+      const response = await grantType.issue({ parameters, requestedScopes, client, context, log: request.log, dpopJkt });
       context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
     },

@@ -29,6 +29,10 @@ export function registerTokenInfoEndpoint(scope: FastifyInstance, context: Token
     if (token === null) throw new TokengateError('TOKEN_MISSING', { description: 'An access token is required in the Authorization header (Bearer).' });
     const found = await findAccessToken(context, token);
     if (found === null) throw new TokengateError('INVALID_TOKEN');
+    // Sent as Bearer, a DPoP-bound token proves nothing about its key: the gateway refuses it too.
+    if (found.record.jkt !== undefined) {
+      throw new TokengateError('INVALID_TOKEN', { description: 'This access token is DPoP-bound: this endpoint takes Bearer tokens only.' });
+    }
     const { record } = found;
     return {
       resource_owner_id: record.userId,

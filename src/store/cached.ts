@@ -256,6 +256,7 @@ export class CachedStore implements Store {
       familyId: record.familyId,
       issuedAt: record.issuedAt,
       expiresAt: record.expiresAt,
+      jkt: record.jkt,
       freshUntil,
       staleUntil: Math.min(freshUntil + this.staleMs, record.expiresAt),
     });

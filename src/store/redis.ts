@@ -283,6 +283,11 @@ export class RedisStore implements Store {
     return this.redis;
   }
 
+  /** The prefix of every key of this store (features that keep keys of their own put them under it too). */
+  get keyPrefix(): string {
+    return this.prefix;
+  }
+
   /** The last connection error ioredis reported, for the message when the store cannot be reached at start. */
   get lastConnectionError(): Error | null {
     return this.lastError;

@@ -19,6 +19,8 @@ export interface ApplicationRecord {
   scopes: string[];
   confidential: boolean;
   createdAt: number;
+  /** `required`: the token endpoint issues this application DPoP-bound tokens only. Absent: `allowed`. */
+  dpop?: 'required' | 'allowed';
 }
 
 export interface UserRecord {
@@ -41,6 +43,8 @@ export interface AuthorizationCodeRecord {
   familyId: string;
   issuedAt: number;
   expiresAt: number;
+  /** `dpop_jkt` of the authorization request (RFC 9449 section 10): the code is redeemed only with a proof by that key. */
+  jkt?: string;
 }
 
 export interface AccessTokenRecord {
@@ -53,6 +57,8 @@ export interface AccessTokenRecord {
   familyId: string | null;
   issuedAt: number;
   expiresAt: number;
+  /** DPoP binding (RFC 9449 section 6): the RFC 7638 thumbprint of the key every request must prove. Absent: a Bearer token. */
+  jkt?: string;
 }
 
 export interface RefreshTokenRecord {
@@ -62,6 +68,8 @@ export interface RefreshTokenRecord {
   familyId: string;
   issuedAt: number;
   expiresAt: number;
+  /** DPoP binding of a public client's refresh token: refreshing needs a proof by this key. */
+  jkt?: string;
 }
 
 /** Result of a single-use read (authorization codes, refresh tokens). */

@@ -201,6 +201,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       familyId: randomUUID(),
       issuedAt,
       expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
+      ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
     };
     await store.saveAuthorizationCode(tokenDigest(code), record);
     return code;

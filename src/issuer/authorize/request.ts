@@ -11,7 +11,7 @@ import { resolveScopes } from '../../token/scope.js';
  * to an unchecked redirect_uri would make this an open redirector.
  */
 
-const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method'] as const;
+const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'dpop_jkt'] as const;
 type ParameterName = (typeof PARAMETERS)[number];
 
 /** The request's parameters as sent, one value each; kept in the session and checked again on approval. */
@@ -24,6 +24,8 @@ export interface AuthorizationRequest {
   scopes: string[];
   codeChallenge: string | null;
   codeChallengeMethod: 'S256' | null;
+  /** `dpop_jkt` (RFC 9449 section 10): the thumbprint of the key the code's tokens will be bound to; null when not sent. */
+  dpopJkt: string | null;
   parameters: AuthorizationParameters;
 }
 
@@ -41,6 +43,8 @@ export class AuthorizationRedirectError extends Error {
 
 /** RFC 7636 4.2: the S256 challenge is base64url; 43 to 128 characters as for a verifier. */
 const CODE_CHALLENGE = /^[A-Za-z0-9_-]{43,128}$/;
+/** An RFC 7638 SHA-256 thumbprint, base64url: 43 characters. */
+const JWK_THUMBPRINT = /^[A-Za-z0-9_-]{43}$/;
 /** Longer client ids are not ours: refused without a store call. */
 const MAX_CLIENT_ID_LENGTH = 200;
 
@@ -59,8 +63,11 @@ export async function validateAuthorizationRequest(query: unknown, store: Store,
   const pkce = checkPkce(parameters, application, sendBack);
   const scopes = resolveScopes(parameters.scope, application.scopes, issuer.scopes, issuer.defaultScopes);
   if (!scopes.ok) throw sendBack('INVALID_SCOPE', scopes.reason);
+  const dpopJkt = parameters.dpop_jkt ?? null;
+  if (dpopJkt !== null && !JWK_THUMBPRINT.test(dpopJkt))
+    throw sendBack('INVALID_REQUEST', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of the DPoP key (RFC 7638).');
 
-  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, ...pkce, parameters };
+  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, ...pkce, dpopJkt, parameters };
 }
 
 type SendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE', description: string) => AuthorizationRedirectError;

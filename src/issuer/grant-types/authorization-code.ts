@@ -11,7 +11,7 @@ export const authorizationCode: GrantType = {
   type: 'authorization_code',
   allowsPublicClients: true,
   async issue(request) {
-    const { parameters, client, context } = request;
+    const { parameters, client, context, dpopJkt } = request;
     const code = requireParameter(parameters, 'code');
     const redirectUri = requireParameter(parameters, 'redirect_uri');
     const verifier = parameters.code_verifier;
@@ -33,6 +33,12 @@ export const authorizationCode: GrantType = {
       throw new TokengateError('INVALID_GRANT', { description: 'The redirect_uri does not match the one of the authorization request.' });
     }
     verifyCodeVerifier(record, verifier, !client.application.confidential);
+    // RFC 9449 section 10: a code asked for with dpop_jkt is redeemed only with a proof by that key.
+    if (record.jkt !== undefined && record.jkt !== dpopJkt) {
+      throw new TokengateError('INVALID_GRANT', {
+        description: 'The authorization code is bound to a DPoP key (dpop_jkt): redeem it with a DPoP proof by that key.',
+      });
+    }
     // Users kept in the store can be deleted while their code is in flight; deleting a user
     // revokes their tokens, but a code is not a token yet.
     if (context.config.issuer.users.source === 'store' && (await context.store.getUser(record.userId)) === null) {
@@ -45,6 +51,8 @@ export const authorizationCode: GrantType = {
       familyId: record.familyId,
       scopes: record.scopes,
       grantScopes: record.scopes,
+      jkt: dpopJkt,
+      bindRefreshToken: !client.application.confidential,
     });
   },
 };

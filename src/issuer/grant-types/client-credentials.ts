@@ -7,10 +7,10 @@ import type { GrantType } from './grant-type.js';
 export const clientCredentials: GrantType = {
   type: 'client_credentials',
   allowsPublicClients: false,
-  async issue({ parameters, client, context }) {
+  async issue({ parameters, client, context, dpopJkt }) {
     const { scopes, defaultScopes } = context.config.issuer;
     const resolution = resolveScopes(parameters.scope, client.application.scopes, scopes, defaultScopes);
     if (!resolution.ok) throw new TokengateError('INVALID_SCOPE', { description: resolution.reason });
-    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes });
+    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes, jkt: dpopJkt });
   },
 };

@@ -11,6 +11,8 @@ export interface GrantTypeRequest {
   readonly client: AuthenticatedClient;
   readonly context: TokengateContext;
   readonly log: FastifyBaseLogger;
+  /** The thumbprint of the key of the request's DPoP proof (RFC 9449 section 5), checked; null without one. */
+  readonly dpopJkt: string | null;
 }
 
 /** One grant type of the token endpoint; the endpoint authenticates the client, then dispatches here. */

@@ -16,15 +16,17 @@ export const refreshToken: GrantType = {
   type: 'refresh_token',
   allowsPublicClients: true,
   async issue(request) {
-    const { parameters, requestedScopes, client, context } = request;
+    const { parameters, requestedScopes, client, context, dpopJkt } = request;
     const refreshToken = requireParameter(parameters, 'refresh_token');
     if (!context.minter.hasValidTag(refreshToken)) throw invalidCredential('refresh token');
     const digest = tokenDigest(refreshToken);
 
-    if (requestedScopes !== undefined) {
-      // Checked before the token is spent too, so that a client's mistake does not cost it the grant.
-      const current = await context.store.getRefreshToken(digest);
-      if (current !== null && current.clientId === client.application.clientId) narrowScopes(current.scopes, requestedScopes);
+    // Checked before the token is spent, so that neither a client's mistake nor a thief without
+    // the key costs the grant: the scope, and the DPoP key of a bound refresh token.
+    const current = await context.store.getRefreshToken(digest);
+    if (current !== null && current.clientId === client.application.clientId) {
+      if (requestedScopes !== undefined) narrowScopes(current.scopes, requestedScopes);
+      checkBinding(current.jkt, dpopJkt);
     }
 
     const consumed = await context.store.consumeRefreshToken(digest);
@@ -33,6 +35,7 @@ export const refreshToken: GrantType = {
     if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'refresh token', 'replayed');
     if (record.clientId !== client.application.clientId)
       return refuseLeakedCredential(request, record.familyId, 'refresh token', 'presented by another client');
+    checkBinding(record.jkt, dpopJkt);
 
     return issueTokens(context, {
       kind: 'user',
@@ -41,9 +44,20 @@ export const refreshToken: GrantType = {
       familyId: record.familyId,
       scopes: narrowScopes(record.scopes, requestedScopes),
       grantScopes: record.scopes,
+      jkt: dpopJkt,
+      // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
+      bindRefreshToken: record.jkt !== undefined,
     });
   },
 };
+
+/** RFC 9449 section 5: a DPoP-bound refresh token is used only with a proof by its key. */
+function checkBinding(bound: string | undefined, proven: string | null): void {
+  if (bound === undefined || bound === proven) return;
+  throw new TokengateError('TOKEN_REQUEST_DPOP_PROOF', {
+    description: 'This refresh token is DPoP-bound: refresh it with a DPoP proof by the key it is bound to.',
+  });
+}
 
 function narrowScopes(granted: string[], requested: readonly string[] | undefined): string[] {
   if (requested === undefined) return granted;
