@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
+import { isAudience } from '../resource/audience.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
@@ -14,7 +15,7 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  * never disagree. Each step gives its result or a denial compiled at start.
  *
  *   where (normalize the path, match a route, check the method) -> extract the one credential
- *   -> verify the token -> authorize the route's token kind and scopes
+ *   -> verify the token -> authorize the route's resource, token kind and scopes
  *
  * Only two steps may have to wait: reading a body that can carry the token, and reading the
  * store on a cache miss. A step that waits hands its result on with .then; one that does not
@@ -75,9 +76,10 @@ function verify<Target>(
   return token instanceof Promise ? token.then((read) => authorize(route, credential, read)) : authorize(route, credential, token);
 }
 
-// 3. authorize: the route's token kind and scopes.
+// 3. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
 function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken | VerificationFailure): Checked | Denial {
   if (typeof token === 'string') return route.denials[token];
+  if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   return refusal === null ? { credential, token } : route.denials[refusal];
 }

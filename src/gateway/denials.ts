@@ -95,6 +95,7 @@ const DENIALS = {
   unknown_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   expired_token: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied' },
   store_unavailable: { code: 'STORE_UNAVAILABLE', challenge: 'none', outcome: 'denied' },
+  wrong_audience: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied', description: 'The access token was not issued for this resource.' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed', only: 'gateway' },
@@ -167,12 +168,16 @@ export function compileDecisionListenerDenial(
   return compileDenial(reason, { description }, { metrics, decisions: true }, requests);
 }
 
-/** Every denial of one route, with its label, its Allow header and the scopes its challenge names. */
+/**
+ * Every denial of one route, with its label, its Allow header and what its challenges name: the
+ * route's scopes, and for a route of a resource, where that resource's metadata is.
+ */
 export function compileRouteDenials(
   route: RouteConfig,
   realm: string,
   counted: DenialMetrics,
   requests: RouteRequests,
+  resourceMetadata: string | null,
 ): Readonly<Record<RouteDenialReason, Denial>> {
   const denials = {} as Record<RouteDenialReason, Denial>;
   for (const reason of Object.keys(DENIALS) as DenialReason[]) {
@@ -181,8 +186,9 @@ export function compileRouteDenials(
     const description = reason === 'wrong_token_kind' ? `This route requires ${route.token === 'user' ? 'a user' : 'an application'} token.` : spec.description;
     const failure = { error: ERRORS[spec.code].error, description: description ?? ERRORS[spec.code].description };
     const headers: Record<string, string> = {};
-    if (spec.challenge === 'bare') headers['www-authenticate'] = bearerChallenge(realm);
-    if (spec.challenge === 'error') headers['www-authenticate'] = bearerChallenge(realm, failure, spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : []);
+    if (spec.challenge === 'bare') headers['www-authenticate'] = bearerChallenge(realm, undefined, [], resourceMetadata);
+    if (spec.challenge === 'error')
+      headers['www-authenticate'] = bearerChallenge(realm, failure, spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [], resourceMetadata);
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
     // The client may not drain a refused body: close the connection instead of reading it.
     if (reason === 'body_too_large') headers.connection = 'close';

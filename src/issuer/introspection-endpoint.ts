@@ -15,6 +15,7 @@ interface IntrospectionResponse {
   exp?: number;
   iat?: number;
   sub?: string;
+  aud?: string[];
 }
 
 const INACTIVE: IntrospectionResponse = { active: false };
@@ -48,5 +49,7 @@ function describe(found: FoundToken): IntrospectionResponse {
     exp: Math.floor(record.expiresAt / 1000),
     iat: Math.floor(record.issuedAt / 1000),
     ...(record.userId === null ? {} : { sub: record.userId }),
+    // The resources the token is for (RFC 8707); a refresh token's, those of its whole grant.
+    ...(record.audience === undefined || record.audience.length === 0 ? {} : { aud: [...record.audience] }),
   };
 }

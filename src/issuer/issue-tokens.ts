@@ -15,7 +15,7 @@ export interface TokenResponse {
 
 /** What a grant decided to issue. */
 export type Issuance =
-  | { kind: 'application'; clientId: string; scopes: string[] }
+  | { kind: 'application'; clientId: string; scopes: string[]; audience: string[] }
   | {
       kind: 'user';
       clientId: string;
@@ -25,6 +25,10 @@ export type Issuance =
       scopes: string[];
       /** Scopes of the refresh token: those of the whole grant, even when this access token is narrowed (RFC 6749 section 6). */
       grantScopes: string[];
+      /** Resources the access token is for (RFC 8707). */
+      audience: string[];
+      /** Resources of the refresh token: the whole grant's, even when this access token is narrowed. */
+      grantAudience: string[];
     };
 
 /**
@@ -42,6 +46,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     userId: issuance.kind === 'user' ? issuance.userId : null,
     scopes: issuance.scopes,
     familyId: issuance.kind === 'user' ? issuance.familyId : null,
+    ...audienceOf(issuance.audience),
     issuedAt,
     expiresAt: issuedAt + accessTokenTtl * 1000,
   };
@@ -55,6 +60,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
       userId: issuance.userId,
       scopes: issuance.grantScopes,
       familyId: issuance.familyId,
+      ...audienceOf(issuance.grantAudience),
       issuedAt,
       expiresAt: issuedAt + refreshTokenTtl * 1000,
     };
@@ -70,4 +76,9 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     scope: formatScope(issuance.scopes),
     created_at: Math.floor(issuedAt / 1000),
   };
+}
+
+/** Records carry an audience only when there is one, as records issued without resources configured do not. */
+export function audienceOf(audience: string[]): { audience?: string[] } {
+  return audience.length > 0 ? { audience } : {};
 }

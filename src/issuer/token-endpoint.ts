@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { toTokengateError } from '../errors.js';
 import { TokengateError } from '../errors.js';
+import { readResourceParameter } from '../resource/audience.js';
 import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
@@ -24,12 +25,15 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       },
     },
     async function tokenEndpoint(request) {
-      const parameters = rejectRepeatedParameters(parseBody(request));
+      // `resource` is the one parameter that may repeat (RFC 8707 section 2).
+      const { resource, ...body } = parseBody(request);
+      const requestedResources = readResourceParameter(resource);
+      const parameters = rejectRepeatedParameters(body);
       const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
       const grantType = supportedGrantType(parameters);
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
-      const response = await grantType.issue({ parameters, requestedScopes, client, context, log: request.log });
+      const response = await grantType.issue({ parameters, requestedScopes, requestedResources, client, context, log: request.log });
       context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
     },

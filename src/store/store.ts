@@ -19,6 +19,8 @@ export interface ApplicationRecord {
   scopes: string[];
   confidential: boolean;
   createdAt: number;
+  /** Resource identifiers its tokens may be for (RFC 8707); absent or empty: every registered resource. */
+  resources?: string[];
 }
 
 export interface UserRecord {
@@ -39,6 +41,8 @@ export interface AuthorizationCodeRecord {
   codeChallengeMethod: 'S256' | null;
   /** The token family the tokens issued from this code belong to. */
   familyId: string;
+  /** Resource identifiers the grant was authorized for (RFC 8707); absent on codes issued without resources configured. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
 }
@@ -51,6 +55,8 @@ export interface AccessTokenRecord {
   scopes: string[];
   /** Null for application tokens; otherwise the authorization code grant it descends from. */
   familyId: string | null;
+  /** Resource identifiers the token is for (RFC 8707); absent or empty on tokens issued without resources configured. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
 }
@@ -60,6 +66,8 @@ export interface RefreshTokenRecord {
   userId: string;
   scopes: string[];
   familyId: string;
+  /** The grant's audience (RFC 8707), which a refresh may narrow for one access token but never widen. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
 }

@@ -1,4 +1,6 @@
 import { TokengateError } from '../../errors.js';
+import { narrowAudience } from '../../resource/audience.js';
+import { resourceRegistry } from '../../resource/registry.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
@@ -33,6 +35,7 @@ export const authorizationCode: GrantType = {
       throw new TokengateError('INVALID_GRANT', { description: 'The redirect_uri does not match the one of the authorization request.' });
     }
     verifyCodeVerifier(record, verifier, !client.application.confidential);
+    const audience = narrowAudience(record.audience, request.requestedResources, client.application, resourceRegistry(context.config));
     // Users kept in the store can be deleted while their code is in flight; deleting a user
     // revokes their tokens, but a code is not a token yet.
     if (context.config.issuer.users.source === 'store' && (await context.store.getUser(record.userId)) === null) {
@@ -45,6 +48,8 @@ export const authorizationCode: GrantType = {
       familyId: record.familyId,
       scopes: record.scopes,
       grantScopes: record.scopes,
+      audience: audience.token,
+      grantAudience: audience.grant,
     });
   },
 };
