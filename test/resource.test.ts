@@ -387,3 +387,36 @@ routes:
     ).toEqual([{ path: 'routes[0].resource', line: 6, message: expect.stringContaining('is not the identifier of one of resources[]') }]);
   });
 });
+
+describe('a config reload', () => {
+  it('applies new resources with the routes: their metadata, their challenges and the issuer see them; an unknown one keeps the running config', async () => {
+    const reloaded = await startTokengate('resource-reload', { config: { routes: [{ path: '/mcp', token: 'any', upstream: upstream.url }] } });
+    try {
+      const mcp = 'https://mcp.ticketing.example/mcp';
+      const reloadWith = (changes: Record<string, unknown>) => {
+        const current = reloaded.tokengate.context.config;
+        return reloaded.tokengate.reload(() => parseConfig(JSON.stringify({ ...current, ...changes }), 'reloaded config', {}));
+      };
+      expect((await fetch(`${reloaded.baseUrl}${METADATA}/mcp`)).status).toBe(404);
+      const applied = reloadWith({ resources: [{ identifier: mcp }], routes: [{ path: '/mcp', token: 'any', upstream: upstream.url, resource: mcp }] });
+      expect(applied).toMatchObject({ result: 'success', applied: ['resources', 'routes'] });
+      expect(await (await fetch(`${reloaded.baseUrl}${METADATA}/mcp`)).json()).toMatchObject({ resource: mcp });
+      expect((await fetch(`${reloaded.baseUrl}/mcp`)).headers.get('www-authenticate')).toContain(
+        `resource_metadata="https://mcp.ticketing.example${METADATA}/mcp"`,
+      );
+      const application = await registerApplication(reloaded.store, { scopes: ['public'] });
+      const response = await postForm(
+        `${reloaded.baseUrl}/oauth/token`,
+        { grant_type: 'client_credentials', resource: mcp },
+        { authorization: basicAuthorization(application.clientId, application.clientSecret!) },
+      );
+      expect(response.status).toBe(200);
+
+      const refused = reloadWith({ routes: [{ path: '/mcp', token: 'any', upstream: upstream.url, resource: 'https://mcp.ticketing.example/other' }] });
+      expect(refused).toMatchObject({ result: 'failure', problems: [expect.objectContaining({ path: 'routes[0].resource' })] });
+      expect(reloaded.tokengate.context.config.routes[0]!.resource).toBe(mcp);
+    } finally {
+      await reloaded.close();
+    }
+  });
+});

@@ -226,7 +226,14 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     expect((await subject.peer.consumeRefreshToken(refresh))!.record.audience).toEqual(audience);
     const code = newDigest();
     const now = Date.now();
-    const codeRecord = { clientId: 'client-a', userId: 'user-1', redirectUri: 'https://app.example/cb', scopes: ['public'], codeChallenge: null, codeChallengeMethod: null };
+    const codeRecord = {
+      clientId: 'client-a',
+      userId: 'user-1',
+      redirectUri: 'https://app.example/cb',
+      scopes: ['public'],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+    };
     await store.saveAuthorizationCode(code, { ...codeRecord, familyId: 'f', audience, issuedAt: now, expiresAt: now + 600_000 });
     expect((await subject.peer.consumeAuthorizationCode(code))!.record.audience).toEqual(audience);
   });
