@@ -98,6 +98,18 @@ describe('protected resource metadata (RFC 9728)', () => {
     expect(await organizer.json()).toMatchObject({ resource: ORGANIZER_API, scopes_supported: ['public'], bearer_methods_supported: ['header', 'query'] });
   });
 
+  it('reads the same whichever host or forwarding headers the request came with (behind an ingress)', async () => {
+    const direct = await (await fetch(`${running.baseUrl}${METADATA}/api/public`)).text();
+    const forwarded = await exchange(running.port, 'GET', `${METADATA}/api/public`, [
+      ['X-Forwarded-Host', 'attacker.example'],
+      ['X-Forwarded-Proto', 'http'],
+      ['Forwarded', 'host=attacker.example;proto=http'],
+    ]);
+    expect(forwarded.status).toBe(200);
+    expect(forwarded.body).toBe(direct);
+    expect(forwarded.body).not.toContain('attacker');
+  });
+
   it('serves no document for a path that is not a resource, nor for one that tries to escape to another', async () => {
     expect((await fetch(`${running.baseUrl}${METADATA}`)).status).toBe(404);
     expect((await fetch(`${running.baseUrl}${METADATA}/api`)).status).toBe(404);
