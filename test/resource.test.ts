@@ -316,6 +316,8 @@ describe('the authorization code and refresh grants', () => {
     const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email, password: 'correct horse battery' });
     const consent = await browser.follow(signedIn);
     expect(consent.status).toBe(200);
+    // The user sees which APIs the approval is for.
+    expect(consent.text).toContain('Only at <strong>api.ticketing.example/api/public</strong>, <strong>api.ticketing.example/organizer</strong>.');
     const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     const code = new URL(approved.location!).searchParams.get('code')!;
     const exchanged = await postForm(`${running.baseUrl}/oauth/token`, {

@@ -82,6 +82,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
           serviceName: issuer.serviceName,
           email: session.data.email,
           scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
+          resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
           redirectUri: authorization.redirectUri,
           form: formState(session, pending),
         });
