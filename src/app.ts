@@ -20,6 +20,7 @@ import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
+import { registerResourceMetadata } from './resource/metadata-endpoint.js';
 import { openStore } from './store/open-store.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
@@ -164,6 +165,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       await registerIssuer(scope, context);
     });
   }
+  // The resources' metadata (RFC 9728) is the resource side's: served with or without the issuer.
+  if (servesPublic) await registerResourceMetadata(app, context);
   const gatewayRoutes = servesPublic ? await registerGateway(app, context) : null;
   // The decision listener shares the gateway's route table and header rules (one compile, one reload).
   const decisions = gatewayRoutes !== null && config.decisions.enabled ? createDecisionListener(context, gatewayRoutes) : null;
@@ -182,7 +185,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     const restartRequired = restartKeys(running, next);
     const effective = effectiveConfig(running, next);
     // Everything below is synchronous: no request sees half of it.
-    if (applied.includes('routes')) gatewayRoutes?.replace(effective);
+    // A route's challenges name its resource's metadata: a changed resource recompiles the routes too.
+    if (applied.includes('routes') || applied.includes('resources')) gatewayRoutes?.replace(effective);
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheOf(effective.cache);

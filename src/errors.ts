@@ -32,6 +32,8 @@ export const ERRORS = {
     description: 'The authorization grant type is not supported by the authorization server.',
   },
   INVALID_SCOPE: { status: 400, error: 'invalid_scope', description: 'The requested scope is invalid, unknown, or malformed.' },
+  // RFC 8707 section 2: a `resource` parameter the issuer does not know or the application may not use
+  INVALID_TARGET: { status: 400, error: 'invalid_target', description: 'The requested resource is invalid, unknown, or not permitted for this application.' },
   UNSUPPORTED_RESPONSE_TYPE: {
     status: 400,
     error: 'unsupported_response_type',
@@ -263,10 +265,17 @@ export function authenticateChallenge(failure: TokengateError, realm: string): s
  * request carried no bearer credential, otherwise with the error code and its description,
  * and the scopes the resource needs for `insufficient_scope`.
  */
-export function bearerChallenge(realm: string, failure?: { error: string; description: string }, scopes: readonly string[] = []): string {
+export function bearerChallenge(
+  realm: string,
+  failure?: { error: string; description: string },
+  scopes: readonly string[] = [],
+  resourceMetadata: string | null = null,
+): string {
   let challenge = `Bearer realm=${quoteAuthParam(realm)}`;
   if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
   if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
+  // RFC 9728 section 5.1: where the client learns which issuer and resource to ask a token for.
+  if (resourceMetadata !== null) challenge += `, resource_metadata=${quoteAuthParam(resourceMetadata)}`;
   return challenge;
 }
 
@@ -279,11 +288,13 @@ export function dpopChallenge(
   algorithms: readonly string[],
   failure?: { error: string; description: string },
   scopes: readonly string[] = [],
+  resourceMetadata: string | null = null,
 ): string {
   let challenge = `DPoP realm=${quoteAuthParam(realm)}`;
   if (failure !== undefined) challenge += `, error=${quoteAuthParam(failure.error)}, error_description=${quoteAuthParam(failure.description)}`;
   if (scopes.length > 0) challenge += `, scope=${quoteAuthParam(scopes.join(' '))}`;
-  return `${challenge}, algs=${quoteAuthParam(algorithms.join(' '))}`;
+  challenge += `, algs=${quoteAuthParam(algorithms.join(' '))}`;
+  return resourceMetadata === null ? challenge : `${challenge}, resource_metadata=${quoteAuthParam(resourceMetadata)}`;
 }
 
 /** The response an error is answered with, wherever it is answered: its status, its headers and the RFC body. */

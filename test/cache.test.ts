@@ -99,6 +99,21 @@ describe('token cache: what it serves', () => {
     expect(await cache.getAccessToken(digest)).toMatchObject({ userId: 'user-1', scopes: ['public'] });
   });
 
+  it('keeps the audience in the flat frozen entry: one shared list per distinct audience, an empty one for tokens without', async () => {
+    const { cache } = await sidecar();
+    const audience = ['https://api.ticketing.example/api/public'];
+    const [first, second, none] = [newDigest(), newDigest(), newDigest()];
+    await cache.saveAccessToken(first, accessToken({ audience }));
+    await cache.saveAccessToken(second, accessToken({ audience: [...audience] }));
+    await cache.saveAccessToken(none, accessToken());
+    const [a, b, c] = await Promise.all([cache.getAccessToken(first), cache.getAccessToken(second), cache.getAccessToken(none)]);
+    expect(a!.audience).toEqual(audience);
+    expect(b!.audience).toBe(a!.audience);
+    expect(c!.audience).toEqual([]);
+    expect(() => a!.audience.push('https://elsewhere.example')).toThrow(TypeError);
+    expect(() => c!.audience.push('https://elsewhere.example')).toThrow(TypeError);
+  });
+
   it('sends one store call for concurrent misses on the same token', async () => {
     const { cache, metrics, storeReads } = await sidecar();
     const known = newDigest();

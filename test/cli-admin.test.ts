@@ -14,13 +14,14 @@ import { freePort } from './support/ports.js';
  */
 
 const ADMIN_TOKEN = 'cli-admin-token-0123456789abcdef';
+const USER_API = 'https://api.ticketing.example/api/public';
 
 let running: RunningTokengate;
 let directory: string;
 let configFile: string;
 
 beforeAll(async () => {
-  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN } } });
+  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN }, resources: [{ identifier: USER_API }] } });
   directory = mkdtempSync(join(tmpdir(), 'tokengate-cli-'));
   configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
 });
@@ -57,7 +58,7 @@ describe('tokengate apps', () => {
 
     const list = await tokengate(withConfig('apps', 'list'));
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +DPOP +REDIRECT_URIS +CREATED$/m);
+    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +RESOURCES +DPOP +REDIRECT_URIS +CREATED$/m);
     expect(list.stdout).toContain(clientId);
     expect(list.stdout).not.toContain(clientSecret);
   });
@@ -107,6 +108,17 @@ describe('tokengate apps', () => {
     expect(JSON.parse(dpop.stdout)).toMatchObject({ client_id: application.client_id, dpop: 'required' });
     expect(await running.store.getApplication(application.client_id)).toMatchObject({ dpop: 'required' });
     expect(await tokengate(withConfig('apps', 'update', application.client_id, '--dpop', 'allowed'))).toMatchObject({ code: 0 });
+
+    // Limited to a resource, shown in the list; then to every resource again.
+    const limited = await tokengate(withConfig('apps', 'update', application.client_id, '--resource', USER_API, '--json'));
+    expect(JSON.parse(limited.stdout)).toMatchObject({ resources: [USER_API] });
+    expect((await tokengate(withConfig('apps', 'list'))).stdout).toMatch(new RegExp(`${application.client_id} .* ${USER_API} `));
+    const unknown = await tokengate(withConfig('apps', 'update', application.client_id, '--resource', 'https://elsewhere.example/api'));
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toContain('resources: unknown resource "https://elsewhere.example/api" (configured resources: ' + USER_API + ')');
+    expect(await tokengate(withConfig('apps', 'update', application.client_id, '--resource', USER_API, '--all-resources'))).toMatchObject({ code: 2 });
+    const lifted = await tokengate(withConfig('apps', 'update', application.client_id, '--all-resources', '--json'));
+    expect(JSON.parse(lifted.stdout)).toMatchObject({ resources: [] });
 
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), {

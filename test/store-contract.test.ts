@@ -254,6 +254,29 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     await unsubscribe();
   });
 
+  it('keeps the audience (the resources a grant is for) of codes, access and refresh tokens, as every sidecar reads them', async () => {
+    const audience = ['https://api.ticketing.example/api/public', 'https://api.ticketing.example/organizer'];
+    const access = newDigest();
+    await store.saveAccessToken(access, accessToken({ audience }));
+    expect((await subject.peer.getAccessToken(access))!.audience).toEqual(audience);
+    const refresh = newDigest();
+    await store.saveRefreshToken(refresh, refreshToken({ audience }));
+    expect((await subject.peer.getRefreshToken(refresh))!.audience).toEqual(audience);
+    expect((await subject.peer.consumeRefreshToken(refresh))!.record.audience).toEqual(audience);
+    const code = newDigest();
+    const now = Date.now();
+    const codeRecord = {
+      clientId: 'client-a',
+      userId: 'user-1',
+      redirectUri: 'https://app.example/cb',
+      scopes: ['public'],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+    };
+    await store.saveAuthorizationCode(code, { ...codeRecord, familyId: 'f', audience, issuedAt: now, expiresAt: now + 600_000 });
+    expect((await subject.peer.consumeAuthorizationCode(code))!.record.audience).toEqual(audience);
+  });
+
   it('expires tokens by itself, not only on read', async () => {
     const digest = newDigest();
     await store.saveAccessToken(digest, accessToken({ expiresAt: Date.now() + 150 }));

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
 import { clientSecretDigest } from '../issuer/client-auth.js';
+import { resourceRegistry } from '../resource/registry.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { readApplicationInput, readApplicationPatch } from './validate.js';
 
@@ -15,6 +16,8 @@ export interface ApplicationView {
   scopes: string[];
   /** `required`: the token endpoint issues it DPoP-bound tokens only; `allowed`: Bearer tokens too. */
   dpop: 'required' | 'allowed';
+  /** Resources its tokens may be for; empty: every configured resource. */
+  resources: string[];
   created_at: string;
 }
 
@@ -26,6 +29,7 @@ function view(application: ApplicationRecord): ApplicationView {
     redirect_uris: application.redirectUris,
     scopes: application.scopes,
     dpop: application.dpop ?? 'allowed',
+    resources: application.resources ?? [],
     created_at: new Date(application.createdAt).toISOString(),
   };
 }
@@ -35,7 +39,7 @@ const randomCredential = () => randomBytes(32).toString('base64url');
 
 export function registerApplicationRoutes(scope: FastifyInstance, context: TokengateContext): void {
   scope.post('/applications', async function createApplication(request, reply) {
-    const input = readApplicationInput(request.body, context.config.issuer);
+    const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
     const clientSecret = input.confidential ? randomCredential() : null;
     const application: ApplicationRecord = {
       clientId: randomCredential(),
@@ -45,6 +49,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       scopes: input.scopes,
       confidential: input.confidential,
       createdAt: Date.now(),
+      ...(input.resources.length > 0 ? { resources: input.resources } : {}),
     };
     await context.store.putApplication(application);
     request.log.info({ clientId: application.clientId, confidential: application.confidential }, 'application created');
@@ -60,7 +65,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
 
   scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
     const { clientId } = request.params;
-    const patch = readApplicationPatch(request.body, context.config.issuer);
+    const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
     const application = await context.store.getApplication(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const updated: ApplicationRecord = { ...application, ...patch };

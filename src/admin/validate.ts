@@ -13,6 +13,8 @@ export interface ApplicationInput {
   redirectUris: string[];
   scopes: string[];
   confidential: boolean;
+  /** Empty: every registered resource. */
+  resources: string[];
 }
 
 export interface UserInput {
@@ -33,14 +35,15 @@ const CONTROL_OR_SPACE = /[\s\x00-\x1f\x7f]/;
 
 type IssuerScopes = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
-export function readApplicationInput(body: unknown, issuer: IssuerScopes): ApplicationInput {
+export function readApplicationInput(body: unknown, issuer: IssuerScopes, registeredResources: readonly string[]): ApplicationInput {
   const fields = asObject(body);
   const name = readName(requiredString(fields, 'name'));
   const redirectUris = readRedirectUris(stringList(fields, 'redirect_uris') ?? []);
   const scopes = readScopes(stringList(fields, 'scopes') ?? [...issuer.defaultScopes], issuer);
   const confidential = fields.confidential ?? true;
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
-  return { name, redirectUris, scopes, confidential };
+  const resources = readResources(stringList(fields, 'resources') ?? [], registeredResources);
+  return { name, redirectUris, scopes, confidential, resources };
 }
 
 /**
@@ -49,11 +52,11 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes): Appli
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources'>>;
 
-export function readApplicationPatch(body: unknown, issuer: IssuerScopes): ApplicationPatch {
+export function readApplicationPatch(body: unknown, issuer: IssuerScopes, registeredResources: readonly string[]): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources']);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -69,7 +72,22 @@ export function readApplicationPatch(body: unknown, issuer: IssuerScopes): Appli
     if (dpop !== 'required' && dpop !== 'allowed') throw invalid('dpop must be "required" (DPoP-bound tokens only) or "allowed" (Bearer tokens too)');
     patch.dpop = dpop;
   }
+  const resources = stringList(fields, 'resources');
+  if (resources !== undefined) patch.resources = readResources(resources, registeredResources);
   return patch;
+}
+
+/**
+ * The resources an application's tokens may be for: identifiers of configured resources, or
+ * none to allow every one. Tokens issued before a change keep the audience they were given.
+ */
+function readResources(resources: string[], registered: readonly string[]): string[] {
+  const unknown = resources.filter((resource) => !registered.includes(resource));
+  if (unknown.length > 0) {
+    const known = registered.length === 0 ? 'no resources are configured' : `configured resources: ${registered.join(' ')}`;
+    throw invalid(`resources: unknown resource ${unknown.map((resource) => JSON.stringify(resource.slice(0, 200))).join(', ')} (${known})`);
+  }
+  return [...new Set(resources)];
 }
 
 function readName(value: string): string {

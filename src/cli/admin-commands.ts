@@ -55,9 +55,10 @@ async function readPasswordFromStdin(): Promise<string> {
     .replace(/\r?\n$/, '');
 }
 
-const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
+const APPS_CREATE_USAGE =
+  'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--dpop required|allowed] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
 
@@ -80,6 +81,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       name: { type: 'string' },
       'redirect-uri': { type: 'string', multiple: true },
       scopes: { type: 'string' },
+      resource: { type: 'string', multiple: true },
       public: { type: 'boolean', default: false },
     },
     async run(values) {
@@ -91,6 +93,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         name: values.name,
         redirect_uris: redirectUris,
         ...(scopes === undefined ? {} : { scopes }),
+        ...(values.resource === undefined ? {} : { resources: values.resource }),
         confidential: values.public !== true,
       });
       if (values.json === true) {
@@ -124,11 +127,12 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
           app.confidential ? 'confidential' : 'public',
           app.name,
           app.scopes.join(' '),
+          app.resources.length === 0 ? '(all)' : app.resources.join(' '),
           app.dpop,
           app.redirect_uris.join(' '),
           app.created_at,
         ]);
-        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'DPOP', 'REDIRECT_URIS', 'CREATED'], rows));
+        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'RESOURCES', 'DPOP', 'REDIRECT_URIS', 'CREATED'], rows));
       }
       return 0;
     },
@@ -143,14 +147,20 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       'redirect-uri': { type: 'string', multiple: true },
       scopes: { type: 'string' },
       dpop: { type: 'string' },
+      resource: { type: 'string', multiple: true },
+      'all-resources': { type: 'boolean', default: false },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
+      if (values.resource !== undefined && values['all-resources'] === true)
+        throw new UsageError(`give either --resource or --all-resources\nusage: ${APPS_UPDATE_USAGE}`);
       const patch = {
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
         ...(values.scopes === undefined ? {} : { scopes: scopeList(values.scopes) }),
         ...(values.dpop === undefined ? {} : { dpop: values.dpop }),
+        ...(values.resource === undefined ? {} : { resources: values.resource }),
+        ...(values['all-resources'] === true ? { resources: [] } : {}),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

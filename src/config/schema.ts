@@ -286,10 +286,27 @@ export const RouteSchema = Type.Object(
       'allowed',
       '`required`: only DPoP-bound tokens, each with its proof (`Authorization: DPoP` and a `DPoP` header). `allowed`: Bearer tokens too; a DPoP-bound token always needs its proof.',
     ),
+    resource: Type.Optional(
+      Type.String({
+        description:
+          'Identifier of the resource (one of `resources`) this route belongs to: only tokens whose audience includes it pass, and every challenge names its metadata (docs/gateway.md#resources).',
+      }),
+    ),
     allowQueryTokenThroughIngress: Type.Boolean({
       default: false,
       description:
         'On the decision listener, accept `access_token` in the query as `allowQueryToken` does. The ingress forwards the query as the client sent it, token included.',
+    }),
+  },
+  { additionalProperties: false },
+);
+
+export const ResourceSchema = Type.Object(
+  {
+    identifier: Type.String({
+      minLength: 1,
+      description:
+        'The resource identifier (RFC 8707): the absolute URI clients name in `resource` and tokens carry as their audience, e.g. `https://api.ticketing.example/api/public`. https, or http on a loopback host for development; no query or fragment. Its metadata is served at `/.well-known/oauth-protected-resource` followed by its path.',
     }),
   },
   { additionalProperties: false },
@@ -314,6 +331,11 @@ export const ConfigSchema = Type.Object(
     gateway: GatewaySchema,
     decisions: DecisionsSchema,
     dpop: DpopSchema,
+    resources: Type.Array(ResourceSchema, {
+      default: [],
+      description:
+        'The resources (APIs) tokens are issued for. A route names its resource by identifier; tokens are bound to the resources asked for, or by default to every resource their application may use (docs/issuer.md#resources).',
+    }),
     routes: Type.Array(RouteSchema, { default: [] }),
     logging: LoggingSchema,
   },
@@ -322,6 +344,7 @@ export const ConfigSchema = Type.Object(
 
 export type Config = Static<typeof ConfigSchema>;
 export type RouteConfig = Static<typeof RouteSchema>;
+export type ResourceConfig = Static<typeof ResourceSchema>;
 export type StoreConfig = Static<typeof StoreSchema>;
 export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;

@@ -2,6 +2,7 @@ import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
 import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/resource-proof.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
+import { isAudience } from '../resource/audience.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
@@ -16,7 +17,7 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  *
  *   where (normalize the path, match a route, check the method) -> extract the one credential
  *   -> verify the token -> prove (DPoP, for DPoP requests, bound tokens and DPoP routes only)
- *   -> authorize the route's token kind and scopes
+ *   -> authorize the route's resource, token kind and scopes
  *
  * Only three steps may have to wait: reading a body that can carry the token, reading the
  * store on a cache miss, and checking a DPoP proof (its signature, and its replay mark in the
@@ -99,8 +100,9 @@ function prove<Target>(
   return refusal === null ? authorize(route, credential, token) : route.denials[refusal];
 }
 
-// 4. authorize: the route's token kind and scopes.
+// 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
 function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken): Checked | Denial {
+  if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   return refusal === null ? { credential, token } : route.denials[refusal];
 }

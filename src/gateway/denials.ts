@@ -152,6 +152,7 @@ const DENIALS = {
     description: 'The DPoP proof was used before (jti); make a new one for each request.',
   },
   store_unavailable: { code: 'STORE_UNAVAILABLE', challenge: 'none', outcome: 'denied' },
+  wrong_audience: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied', description: 'The access token was not issued for this resource.' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed', only: 'gateway' },
@@ -224,12 +225,16 @@ export function compileDecisionListenerDenial(
   return compileDenial(reason, { description }, { metrics, decisions: true }, requests);
 }
 
-/** Every denial of one route, with its label, its Allow header and the scopes its challenge names. */
+/**
+ * Every denial of one route, with its label, its Allow header and what its challenges name: the
+ * route's scopes, and for a route of a resource, where that resource's metadata is.
+ */
 export function compileRouteDenials(
   route: RouteConfig,
   realm: string,
   counted: DenialMetrics,
   requests: RouteRequests,
+  resourceMetadata: string | null,
 ): Readonly<Record<RouteDenialReason, Denial>> {
   const denials = {} as Record<RouteDenialReason, Denial>;
   for (const reason of Object.keys(DENIALS) as DenialReason[]) {
@@ -238,7 +243,7 @@ export function compileRouteDenials(
     const description = reason === 'wrong_token_kind' ? `This route requires ${route.token === 'user' ? 'a user' : 'an application'} token.` : spec.description;
     const failure = { error: ERRORS[spec.code].error, description: description ?? ERRORS[spec.code].description };
     const headers: Record<string, string> = {};
-    const challenge = challengeOf(spec, route, realm, failure);
+    const challenge = challengeOf(spec, route, realm, failure, resourceMetadata);
     if (challenge !== undefined) headers['www-authenticate'] = challenge;
     if (reason === 'method_not_allowed') headers.allow = route.methods.join(', ');
     // The client may not drain a refused body: close the connection instead of reading it.
@@ -253,20 +258,29 @@ export function compileRouteDenials(
  * scheme alone (RFC 9449 section 7.1); on the others the Bearer challenges stay as they are, and
  * a refusal of DPoP itself names the DPoP scheme, its error and `algs`, then Bearer beside it.
  */
-function challengeOf(spec: DenialSpec, route: RouteConfig, realm: string, failure: { error: string; description: string }): string | undefined {
+/** Every challenge of a route of a resource names its metadata (RFC 9728 section 5.1). */
+function challengeOf(
+  spec: DenialSpec,
+  route: RouteConfig,
+  realm: string,
+  failure: { error: string; description: string },
+  resourceMetadata: string | null,
+): string | undefined {
   const dpopOnly = route.dpop === 'required';
   switch (spec.challenge) {
     case 'none':
       return undefined;
     case 'bare':
-      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS) : bearerChallenge(realm);
+      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, undefined, [], resourceMetadata) : bearerChallenge(realm, undefined, [], resourceMetadata);
     case 'error': {
       const scopes = spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [];
-      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure, scopes) : bearerChallenge(realm, failure, scopes);
+      return dpopOnly
+        ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure, scopes, resourceMetadata)
+        : bearerChallenge(realm, failure, scopes, resourceMetadata);
     }
     case 'dpop': {
-      const dpop = dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure);
-      return dpopOnly ? dpop : `${dpop}, ${bearerChallenge(realm)}`;
+      const dpop = dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, failure, [], resourceMetadata);
+      return dpopOnly ? dpop : `${dpop}, ${bearerChallenge(realm, undefined, [], resourceMetadata)}`;
     }
   }
 }

@@ -4,6 +4,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
+import { metadataUrl } from '../resource/identifier.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import { compileRouteDenials, compileUnroutedDenials, UNCOUNTED, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
 
@@ -16,6 +17,8 @@ export interface GatewayRoute<Target> {
   readonly methods: ReadonlySet<string>;
   readonly token: RouteConfig['token'];
   readonly scopes: readonly string[];
+  /** The resource identifier tokens must have in their audience; null for a route of no resource (no audience check). */
+  readonly resource: string | null;
   readonly allowQueryToken: boolean;
   readonly allowBodyToken: boolean;
   /** `dpop: required`: only DPoP-bound tokens with their proof. */
@@ -77,7 +80,8 @@ export function compileRouteTable<Target>(
     const prefix = normalizePrefix(route.path);
     if (prefix === null) throw new Error(`route ${route.path} is not canonical; the config loader refuses it`);
     const requests = requestsOf(prefix);
-    const denials = compileRouteDenials(route, config.gateway.realm, counted, requests);
+    const resource = route.resource ?? null;
+    const denials = compileRouteDenials(route, config.gateway.realm, counted, requests, resource === null ? null : metadataUrl(resource));
     const upstreamFor = (kind: TokenKind): string | undefined =>
       route.token !== 'any' && route.token !== kind ? undefined : (route.upstreams?.[kind] ?? route.upstream);
     const targetFor = (kind: TokenKind): Target | null => {
@@ -100,6 +104,7 @@ export function compileRouteTable<Target>(
       methods,
       token: route.token,
       scopes: route.scopes,
+      resource,
       allowQueryToken,
       allowBodyToken,
       requireDpop: route.dpop === 'required',

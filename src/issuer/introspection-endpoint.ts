@@ -17,6 +17,7 @@ interface IntrospectionResponse {
   sub?: string;
   /** RFC 9449 section 6.2: the thumbprint of the key a DPoP-bound token is bound to. */
   cnf?: { jkt: string };
+  aud?: string[];
 }
 
 const INACTIVE: IntrospectionResponse = { active: false };
@@ -51,5 +52,7 @@ function describe(found: FoundToken): IntrospectionResponse {
     iat: Math.floor(record.issuedAt / 1000),
     ...(record.userId === null ? {} : { sub: record.userId }),
     ...(record.jkt === undefined ? {} : { cnf: { jkt: record.jkt } }),
+    // The resources the token is for (RFC 8707); a refresh token's, those of its whole grant.
+    ...(record.audience === undefined || record.audience.length === 0 ? {} : { aud: [...record.audience] }),
   };
 }

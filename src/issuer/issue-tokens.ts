@@ -16,7 +16,7 @@ export interface TokenResponse {
 
 /** What a grant decided to issue. */
 export type Issuance =
-  | { kind: 'application'; clientId: string; scopes: string[]; jkt: string | null }
+  | { kind: 'application'; clientId: string; scopes: string[]; audience: string[]; jkt: string | null }
   | {
       kind: 'user';
       clientId: string;
@@ -30,6 +30,10 @@ export type Issuance =
       jkt: string | null;
       /** Bind the refresh token to `jkt` too (public clients, RFC 9449 section 5). */
       bindRefreshToken: boolean;
+      /** Resources the access token is for (RFC 8707). */
+      audience: string[];
+      /** Resources of the refresh token: the whole grant's, even when this access token is narrowed. */
+      grantAudience: string[];
     };
 
 /**
@@ -47,6 +51,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     userId: issuance.kind === 'user' ? issuance.userId : null,
     scopes: issuance.scopes,
     familyId: issuance.kind === 'user' ? issuance.familyId : null,
+    ...audienceOf(issuance.audience),
     issuedAt,
     expiresAt: issuedAt + accessTokenTtl * 1000,
     ...(issuance.jkt === null ? {} : { jkt: issuance.jkt }),
@@ -61,6 +66,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
       userId: issuance.userId,
       scopes: issuance.grantScopes,
       familyId: issuance.familyId,
+      ...audienceOf(issuance.grantAudience),
       issuedAt,
       expiresAt: issuedAt + refreshTokenTtl * 1000,
       ...(issuance.jkt !== null && issuance.bindRefreshToken ? { jkt: issuance.jkt } : {}),
@@ -77,4 +83,9 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     scope: formatScope(issuance.scopes),
     created_at: Math.floor(issuedAt / 1000),
   };
+}
+
+/** Records carry an audience only when there is one, as records issued without resources configured do not. */
+export function audienceOf(audience: string[]): { audience?: string[] } {
+  return audience.length > 0 ? { audience } : {};
 }

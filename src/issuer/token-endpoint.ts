@@ -3,6 +3,7 @@ import type { TokengateContext } from '../context.js';
 import { tokenRequestBinding } from '../dpop/token-request.js';
 import { toTokengateError } from '../errors.js';
 import { TokengateError } from '../errors.js';
+import { readResourceParameter } from '../resource/audience.js';
 import { parseScope } from '../token/scope.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
@@ -26,13 +27,16 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       },
     },
     async function tokenEndpoint(request, reply) {
-      const parameters = rejectRepeatedParameters(parseBody(request));
+      // `resource` is the one parameter that may repeat (RFC 8707 section 2).
+      const { resource, ...body } = parseBody(request);
+      const requestedResources = readResourceParameter(resource);
+      const parameters = rejectRepeatedParameters(body);
       const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
       const grantType = supportedGrantType(parameters);
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
       const dpopJkt = await tokenRequestBinding(request, reply, context, client.application, tokenEndpointUrl);
-      const response = await grantType.issue({ parameters, requestedScopes, client, context, log: request.log, dpopJkt });
+      const response = await grantType.issue({ parameters, requestedScopes, requestedResources, client, context, log: request.log, dpopJkt });
       context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
     },

@@ -254,6 +254,7 @@ export class CachedStore implements Store {
       scopes: scopes.list,
       scope: scopes.joined,
       familyId: record.familyId,
+      audience: this.shared.audience(record.audience),
       issuedAt: record.issuedAt,
       expiresAt: record.expiresAt,
       jkt: record.jkt,
@@ -441,6 +442,8 @@ export class CachedStore implements Store {
   }
 }
 
+const NO_AUDIENCE = Object.freeze([]) as unknown as string[];
+
 /** Most distinct client ids, and most distinct scope lists, that entries share (more are kept unshared). */
 const SHARED_VALUES_LIMIT = 10_000;
 
@@ -452,12 +455,24 @@ const SHARED_VALUES_LIMIT = 10_000;
 class SharedValues {
   private readonly clientIds = new Map<string, string>();
   private readonly scopeLists = new Map<string, { readonly list: string[]; readonly joined: string }>();
+  private readonly audiences = new Map<string, string[]>();
 
   clientId(value: string): string {
     const known = this.clientIds.get(value);
     if (known !== undefined) return known;
     if (this.clientIds.size < SHARED_VALUES_LIMIT) this.clientIds.set(value, value);
     return value;
+  }
+
+  /** Audiences repeat as scope lists do: one frozen copy of each, and one empty list for tokens without one. */
+  audience(list: readonly string[] | undefined): string[] {
+    if (list === undefined || list.length === 0) return NO_AUDIENCE;
+    const key = list.join(' ');
+    const known = this.audiences.get(key);
+    if (known !== undefined) return known;
+    const shared = Object.freeze([...list]) as string[];
+    if (this.audiences.size < SHARED_VALUES_LIMIT) this.audiences.set(key, shared);
+    return shared;
   }
 
   scopes(list: readonly string[]): { readonly list: string[]; readonly joined: string } {

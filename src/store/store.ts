@@ -21,6 +21,8 @@ export interface ApplicationRecord {
   createdAt: number;
   /** `required`: the token endpoint issues this application DPoP-bound tokens only. Absent: `allowed`. */
   dpop?: 'required' | 'allowed';
+  /** Resource identifiers its tokens may be for (RFC 8707); absent or empty: every registered resource. */
+  resources?: string[];
 }
 
 export interface UserRecord {
@@ -41,6 +43,8 @@ export interface AuthorizationCodeRecord {
   codeChallengeMethod: 'S256' | null;
   /** The token family the tokens issued from this code belong to. */
   familyId: string;
+  /** Resource identifiers the grant was authorized for (RFC 8707); absent on codes issued without resources configured. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
   /** `dpop_jkt` of the authorization request (RFC 9449 section 10): the code is redeemed only with a proof by that key. */
@@ -55,6 +59,8 @@ export interface AccessTokenRecord {
   scopes: string[];
   /** Null for application tokens; otherwise the authorization code grant it descends from. */
   familyId: string | null;
+  /** Resource identifiers the token is for (RFC 8707); absent or empty on tokens issued without resources configured. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
   /** DPoP binding (RFC 9449 section 6): the RFC 7638 thumbprint of the key every request must prove. Absent: a Bearer token. */
@@ -66,6 +72,8 @@ export interface RefreshTokenRecord {
   userId: string;
   scopes: string[];
   familyId: string;
+  /** The grant's audience (RFC 8707), which a refresh may narrow for one access token but never widen. */
+  audience?: string[];
   issuedAt: number;
   expiresAt: number;
   /** DPoP binding of a public client's refresh token: refreshing needs a proof by this key. */

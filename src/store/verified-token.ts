@@ -5,10 +5,17 @@ import type { AccessTokenRecord } from './store.js';
  * store's record, frozen, with its scopes also as the one space-separated string the scope
  * identity header carries (built once per token, not once per request).
  */
-export interface VerifiedToken extends Readonly<AccessTokenRecord> {
+export interface VerifiedToken extends Readonly<Omit<AccessTokenRecord, 'audience'>> {
   readonly scope: string;
+  /** The record's audience; empty when it has none. */
+  readonly audience: string[];
 }
 
 export function verifiedToken(record: AccessTokenRecord): VerifiedToken {
-  return Object.freeze({ ...record, scopes: Object.freeze([...record.scopes]) as string[], scope: record.scopes.join(' ') });
+  return Object.freeze({
+    ...record,
+    scopes: Object.freeze([...record.scopes]) as string[],
+    scope: record.scopes.join(' '),
+    audience: Object.freeze([...(record.audience ?? [])]) as string[],
+  });
 }

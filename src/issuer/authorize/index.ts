@@ -6,6 +6,8 @@ import type { TokengateContext } from '../../context.js';
 import { ERRORS, noteFailure, TokengateError, toTokengateError } from '../../errors.js';
 import type { AuthorizationCodeRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
+import { resourceRegistry } from '../../resource/registry.js';
+import { audienceOf } from '../issue-tokens.js';
 import { createUserSource } from '../users.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
@@ -67,7 +69,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       .header('content-security-policy', contentSecurityPolicy(page.formTargets))
       .send(renderDocument(page, site));
 
-  const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, store, issuer);
+  const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, store, issuer, resourceRegistry(context.config));
 
   const formState = (session: Session, pending: PendingAuthorization) => ({ csrfToken: session.data.csrfToken, requestId: pending.id });
 
@@ -80,6 +82,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
           serviceName: issuer.serviceName,
           email: session.data.email,
           scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
+          resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
           redirectUri: authorization.redirectUri,
           form: formState(session, pending),
         });
@@ -199,6 +202,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       codeChallenge: authorization.codeChallenge,
       codeChallengeMethod: authorization.codeChallengeMethod,
       familyId: randomUUID(),
+      ...audienceOf(authorization.audience),
       issuedAt,
       expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
       ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),

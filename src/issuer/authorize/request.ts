@@ -1,6 +1,8 @@
 import type { IssuerConfig } from '../../config/schema.js';
 import { TokengateError } from '../../errors.js';
 import type { ApplicationRecord, Store } from '../../store/store.js';
+import { grantAudience } from '../../resource/audience.js';
+import type { ResourceRegistry } from '../../resource/registry.js';
 import { resolveScopes } from '../../token/scope.js';
 
 /**
@@ -14,14 +16,19 @@ import { resolveScopes } from '../../token/scope.js';
 const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'dpop_jkt'] as const;
 type ParameterName = (typeof PARAMETERS)[number];
 
-/** The request's parameters as sent, one value each; kept in the session and checked again on approval. */
-export type AuthorizationParameters = Partial<Record<ParameterName, string>>;
+/**
+ * The request's parameters as sent, one value each but `resource`, which may repeat (RFC 8707);
+ * kept in the session and checked again on approval.
+ */
+export type AuthorizationParameters = Partial<Record<ParameterName, string>> & { resource?: string[] };
 
 export interface AuthorizationRequest {
   application: ApplicationRecord;
   redirectUri: string;
   state: string | undefined;
   scopes: string[];
+  /** The resources the code's tokens will be for (RFC 8707). */
+  audience: string[];
   codeChallenge: string | null;
   codeChallengeMethod: 'S256' | null;
   /** `dpop_jkt` (RFC 9449 section 10): the thumbprint of the key the code's tokens will be bound to; null when not sent. */
@@ -50,14 +57,19 @@ const MAX_CLIENT_ID_LENGTH = 200;
 
 type IssuerSettings = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
-export async function validateAuthorizationRequest(query: unknown, store: Store, issuer: IssuerSettings): Promise<AuthorizationRequest> {
+export async function validateAuthorizationRequest(
+  query: unknown,
+  store: Store,
+  issuer: IssuerSettings,
+  resources: ResourceRegistry,
+): Promise<AuthorizationRequest> {
   const { parameters, repeated } = readParameters(query);
   const application = await registeredApplication(store, parameters.client_id, repeated);
   const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated);
   refuseRepeatedParameters(repeated);
 
   // From here on the redirect_uri is the application's own: errors go back to it.
-  const sendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE' | 'INVALID_SCOPE', description: string) =>
+  const sendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE' | 'INVALID_SCOPE' | 'INVALID_TARGET', description: string) =>
     new AuthorizationRedirectError(new TokengateError(code, { description }), redirectUri, parameters.state);
   checkResponseType(parameters.response_type, sendBack);
   const pkce = checkPkce(parameters, application, sendBack);
@@ -66,8 +78,24 @@ export async function validateAuthorizationRequest(query: unknown, store: Store,
   const dpopJkt = parameters.dpop_jkt ?? null;
   if (dpopJkt !== null && !JWK_THUMBPRINT.test(dpopJkt))
     throw sendBack('INVALID_REQUEST', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of the DPoP key (RFC 7638).');
+  const audience = requestedAudience(parameters.resource, application, resources, sendBack);
 
-  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, ...pkce, dpopJkt, parameters };
+  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, audience, ...pkce, dpopJkt, parameters };
+}
+
+/** The `resource` parameters checked as the token endpoint checks them; its invalid_target goes back to the application. */
+function requestedAudience(
+  requested: string[] | undefined,
+  application: ApplicationRecord,
+  resources: ResourceRegistry,
+  sendBack: (code: 'INVALID_TARGET', description: string) => AuthorizationRedirectError,
+): string[] {
+  try {
+    return grantAudience(requested, application, resources);
+  } catch (error) {
+    if (error instanceof TokengateError && error.code === 'INVALID_TARGET') throw sendBack('INVALID_TARGET', error.description);
+    throw error;
+  }
 }
 
 type SendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE', description: string) => AuthorizationRedirectError;
@@ -82,6 +110,8 @@ function readParameters(query: unknown): { parameters: AuthorizationParameters; 
     if (Array.isArray(value)) repeated.push(name);
     else if (typeof value === 'string' && value !== '') parameters[name] = value;
   }
+  const resource = [source.resource].flat().filter((value): value is string => typeof value === 'string' && value !== '');
+  if (resource.length > 0) parameters.resource = [...new Set(resource)];
   return { parameters, repeated };
 }
 
@@ -159,5 +189,8 @@ export function redirectUriWith(redirectUri: string, parameters: Record<string, 
 
 /** The query string that starts this request again (after signing in, or switching account). */
 export function authorizationPath(parameters: AuthorizationParameters): string {
-  return `/oauth/authorize?${new URLSearchParams(parameters as Record<string, string>).toString()}`;
+  const { resource, ...single } = parameters;
+  const query = new URLSearchParams(single as Record<string, string>);
+  for (const value of resource ?? []) query.append('resource', value);
+  return `/oauth/authorize?${query.toString()}`;
 }

@@ -170,6 +170,8 @@ export function consentPage(input: {
   serviceName: string;
   email: string | null;
   scopes: string[];
+  /** The resources the application asked for by name (RFC 8707), which the approval is limited to; none shown when it named none. */
+  resources: string[];
   redirectUri: string;
   form: FormState;
 }): Page {
@@ -187,13 +189,19 @@ export function consentPage(input: {
 <h2>This will allow ${name} to:</h2>
 <ul class="scopes">
 ${input.scopes.map((scope) => html`<li>${scope}</li>\n`)}</ul>
-<p class="note">After you choose, you will be sent back to <strong>${target.host || target.protocol}</strong>. Approve only if you trust ${name}.</p>
+${input.resources.length === 0 ? '' : html`<p class="note">Only at ${input.resources.map((resource, index) => html`${index === 0 ? '' : ', '}<strong>${resourceLabel(resource)}</strong>`)}.</p>\n`}<p class="note">After you choose, you will be sent back to <strong>${target.host || target.protocol}</strong>. Approve only if you trust ${name}.</p>
 <form method="post" action="/oauth/authorize/decision" class="actions">
 ${formState(input.form)}
 <button class="button secondary" type="submit" name="decision" value="deny">Deny</button>
 <button class="button primary" type="submit" name="decision" value="approve">Approve</button>
 </form>`,
   };
+}
+
+/** A resource identifier as a person reads it: host and path, the scheme left out. */
+function resourceLabel(identifier: string): string {
+  const url = new URL(identifier);
+  return `${url.host}${url.pathname === '/' ? '' : url.pathname}`;
 }
 
 const ERROR_TITLES: Partial<Record<ErrorCode, string>> = {

@@ -1,4 +1,6 @@
 import { TokengateError } from '../../errors.js';
+import { narrowAudience } from '../../resource/audience.js';
+import { resourceRegistry } from '../../resource/registry.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
@@ -39,6 +41,7 @@ export const authorizationCode: GrantType = {
         description: 'The authorization code is bound to a DPoP key (dpop_jkt): redeem it with a DPoP proof by that key.',
       });
     }
+    const audience = narrowAudience(record.audience, request.requestedResources, client.application, resourceRegistry(context.config));
     // Users kept in the store can be deleted while their code is in flight; deleting a user
     // revokes their tokens, but a code is not a token yet.
     if (context.config.issuer.users.source === 'store' && (await context.store.getUser(record.userId)) === null) {
@@ -53,6 +56,8 @@ export const authorizationCode: GrantType = {
       grantScopes: record.scopes,
       jkt: dpopJkt,
       bindRefreshToken: !client.application.confidential,
+      audience: audience.token,
+      grantAudience: audience.grant,
     });
   },
 };

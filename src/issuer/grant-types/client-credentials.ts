@@ -1,4 +1,6 @@
 import { TokengateError } from '../../errors.js';
+import { grantAudience } from '../../resource/audience.js';
+import { resourceRegistry } from '../../resource/registry.js';
 import { resolveScopes } from '../../token/scope.js';
 import { issueTokens } from '../issue-tokens.js';
 import type { GrantType } from './grant-type.js';
@@ -7,10 +9,11 @@ import type { GrantType } from './grant-type.js';
 export const clientCredentials: GrantType = {
   type: 'client_credentials',
   allowsPublicClients: false,
-  async issue({ parameters, client, context, dpopJkt }) {
+  async issue({ parameters, requestedResources, client, context, dpopJkt }) {
     const { scopes, defaultScopes } = context.config.issuer;
     const resolution = resolveScopes(parameters.scope, client.application.scopes, scopes, defaultScopes);
     if (!resolution.ok) throw new TokengateError('INVALID_SCOPE', { description: resolution.reason });
-    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes, jkt: dpopJkt });
+    const audience = grantAudience(requestedResources, client.application, resourceRegistry(context.config));
+    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes, audience, jkt: dpopJkt });
   },
 };

@@ -8,6 +8,8 @@ export interface GrantTypeRequest {
   readonly parameters: OAuthParameters;
   /** The scope parameter as the endpoint's scope step parsed it; undefined when absent. */
   readonly requestedScopes: readonly string[] | undefined;
+  /** The `resource` parameters (RFC 8707), each once; undefined when absent. */
+  readonly requestedResources: readonly string[] | undefined;
   readonly client: AuthenticatedClient;
   readonly context: TokengateContext;
   readonly log: FastifyBaseLogger;

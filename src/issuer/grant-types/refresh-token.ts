@@ -1,4 +1,6 @@
 import { TokengateError } from '../../errors.js';
+import { narrowAudience } from '../../resource/audience.js';
+import { resourceRegistry } from '../../resource/registry.js';
 import { hasScopes } from '../../token/scope.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
@@ -9,23 +11,25 @@ import { invalidCredential, refuseLeakedCredential } from './single-use.js';
 /**
  * RFC 6749 section 6 with rotation (RFC 9700 section 4.14.2): every use spends the refresh token
  * and issues a new one in the same family; a spent one presented again revokes the family.
- * `scope` may narrow the new access token, never widen it; the new refresh token keeps the
- * grant's full scope.
+ * `scope` and `resource` (RFC 8707) may narrow the new access token, never widen it; the new
+ * refresh token keeps the grant's full scope and audience.
  */
 export const refreshToken: GrantType = {
   type: 'refresh_token',
   allowsPublicClients: true,
   async issue(request) {
-    const { parameters, requestedScopes, client, context, dpopJkt } = request;
+    const { parameters, requestedScopes, requestedResources, client, context, dpopJkt } = request;
+    const registry = resourceRegistry(context.config);
     const refreshToken = requireParameter(parameters, 'refresh_token');
     if (!context.minter.hasValidTag(refreshToken)) throw invalidCredential('refresh token');
     const digest = tokenDigest(refreshToken);
 
     // Checked before the token is spent, so that neither a client's mistake nor a thief without
-    // the key costs the grant: the scope, and the DPoP key of a bound refresh token.
+    // the key costs the grant: the scope, the resources, and the DPoP key of a bound refresh token.
     const current = await context.store.getRefreshToken(digest);
     if (current !== null && current.clientId === client.application.clientId) {
-      if (requestedScopes !== undefined) narrowScopes(current.scopes, requestedScopes);
+      narrowScopes(current.scopes, requestedScopes);
+      narrowAudience(current.audience, requestedResources, client.application, registry);
       checkBinding(current.jkt, dpopJkt);
     }
 
@@ -37,6 +41,7 @@ export const refreshToken: GrantType = {
       return refuseLeakedCredential(request, record.familyId, 'refresh token', 'presented by another client');
     checkBinding(record.jkt, dpopJkt);
 
+    const audience = narrowAudience(record.audience, requestedResources, client.application, registry);
     return issueTokens(context, {
       kind: 'user',
       clientId: record.clientId,
@@ -47,6 +52,8 @@ export const refreshToken: GrantType = {
       jkt: dpopJkt,
       // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
       bindRefreshToken: record.jkt !== undefined,
+      audience: audience.token,
+      grantAudience: audience.grant,
     });
   },
 };

@@ -1,0 +1,201 @@
+import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { OAuthClientInformationMixed, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { closeServer, startUpstream, type Upstream } from './support/gateway.js';
+import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { FormClient, createUser, formFields } from './support/issuer.js';
+import { freePort } from './support/ports.js';
+
+/**
+ * The Model Context Protocol's authorization flow, end to end, with the SDK's own client and
+ * server: an MCP server behind a tokengate route of one resource, and a client that knows
+ * nothing but the server's URL and its pre-registered client_id. It must find the resource
+ * metadata from the 401's challenge, the issuer from it, sign a user in through the
+ * authorization page with PKCE and `resource`, and call a tool; its token must not open
+ * another resource's route.
+ */
+
+const EMAIL = 'fan@example.com';
+const PASSWORD = 'correct horse battery staple';
+const REDIRECT_URI = 'http://127.0.0.1:9/mcp-client/callback';
+
+let mcpServer: Server;
+let mcpUrl: string;
+let otherApi: Upstream;
+let running: RunningTokengate;
+let mcpResource: string;
+let client: TestApplication;
+
+/** A stateless MCP server (a fresh server and transport per request) with one tool that reports who the gateway says is calling. */
+async function startMcpServer(): Promise<void> {
+  mcpServer = createServer((request, response) => {
+    const server = new McpServer({ name: 'ticketing', version: '1.0.0' });
+    server.registerTool('my-tickets', { description: "The caller's tickets" }, async (extra) => ({
+      content: [{ type: 'text', text: `tickets of ${String(extra.requestInfo?.headers['x-auth-user-id'])}` }],
+    }));
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+    response.on('close', () => void transport.close().then(() => server.close()));
+    void server.connect(transport).then(() => transport.handleRequest(request, response));
+  });
+  await new Promise<void>((resolve) => mcpServer.listen(0, '127.0.0.1', resolve));
+  const address = mcpServer.address() as { port: number };
+  mcpUrl = `http://127.0.0.1:${address.port}`;
+}
+
+beforeAll(async () => {
+  await startMcpServer();
+  otherApi = await startUpstream();
+  const port = await freePort();
+  mcpResource = `http://127.0.0.1:${port}/mcp`;
+  running = await startTokengate('mcp-client', {
+    port,
+    config: {
+      resources: [{ identifier: mcpResource }, { identifier: `http://127.0.0.1:${port}/api/public` }],
+      routes: [
+        {
+          path: '/mcp',
+          methods: ['GET', 'POST', 'DELETE'],
+          token: 'user',
+          scopes: ['public'],
+          upstream: mcpUrl,
+          resource: mcpResource,
+          allowQueryToken: false,
+          allowBodyToken: false,
+        },
+        { path: '/api/public/me', token: 'user', scopes: ['public'], upstream: otherApi.url, resource: `http://127.0.0.1:${port}/api/public` },
+      ],
+    },
+  });
+  await createUser(running.store, 'user-fan', EMAIL, PASSWORD);
+  // Registered by the operator: a public client (PKCE, no secret), as an MCP client is.
+  client = await registerApplication(running.store, { confidential: false, redirectUri: REDIRECT_URI });
+});
+
+afterAll(async () => {
+  await running?.close();
+  if (mcpServer !== undefined) await closeServer(mcpServer);
+  await otherApi?.close();
+});
+
+/**
+ * The MCP client's side of OAuth, as an application would write it: everything kept in memory,
+ * the pre-registered client_id, and a user agent that signs the user in on the authorization
+ * page (over real HTTP, with the session cookie) and hands back the code the redirect carries.
+ */
+class SignedInUserProvider implements OAuthClientProvider {
+  authorizationUrls: URL[] = [];
+  code: string | undefined;
+  private savedTokens: OAuthTokens | undefined;
+  private verifier = '';
+  private information: OAuthClientInformationMixed;
+
+  constructor(clientId: string) {
+    this.information = { client_id: clientId };
+  }
+
+  get redirectUrl() {
+    return REDIRECT_URI;
+  }
+
+  get clientMetadata() {
+    return {
+      client_name: 'Assistant',
+      redirect_uris: [REDIRECT_URI],
+      token_endpoint_auth_method: 'none',
+      grant_types: ['authorization_code', 'refresh_token'],
+    };
+  }
+
+  clientInformation() {
+    return this.information;
+  }
+
+  saveClientInformation(information: OAuthClientInformationMixed) {
+    this.information = information;
+  }
+
+  tokens() {
+    return this.savedTokens;
+  }
+
+  saveTokens(tokens: OAuthTokens) {
+    this.savedTokens = tokens;
+  }
+
+  saveCodeVerifier(verifier: string) {
+    this.verifier = verifier;
+  }
+
+  codeVerifier() {
+    return this.verifier;
+  }
+
+  async redirectToAuthorization(url: URL) {
+    this.authorizationUrls.push(url);
+    const browser = new FormClient(url.origin, { 'x-forwarded-for': `10.${randomBytes(3).join('.')}` });
+    const login = await browser.get(url.pathname + url.search);
+    expect(login.status).toBe(200);
+    const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
+    const consent = await browser.follow(signedIn);
+    expect(consent.status).toBe(200);
+    const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
+    const location = new URL(approved.location!);
+    expect(`${location.origin}${location.pathname}`).toBe(REDIRECT_URI);
+    this.code = location.searchParams.get('code') ?? undefined;
+  }
+}
+
+describe('an MCP client (@modelcontextprotocol/sdk) and an MCP server behind a tokengate route with a resource', () => {
+  it('discovers the resource and the issuer from the 401, signs in with PKCE and resource, calls a tool; its token opens no other resource', async () => {
+    const serverUrl = new URL(`${running.baseUrl}/mcp`);
+    const provider = new SignedInUserProvider(client.clientId);
+
+    // Every request the client makes, with the challenge of each 401.
+    const seen: Array<{ method: string; url: string; status: number; challenge: string | null }> = [];
+    const recordingFetch = async (input: string | URL | Request, init?: RequestInit) => {
+      const response = await fetch(input, init);
+      const url = String(input instanceof Request ? input.url : input);
+      seen.push({ method: init?.method ?? 'GET', url, status: response.status, challenge: response.headers.get('www-authenticate') });
+      return response;
+    };
+
+    const mcp = new Client({ name: 'assistant', version: '1.0.0' });
+    await expect(mcp.connect(new StreamableHTTPClientTransport(serverUrl, { authProvider: provider, fetch: recordingFetch }))).rejects.toBeInstanceOf(
+      UnauthorizedError,
+    );
+    const metadataUrl = `${running.baseUrl}/.well-known/oauth-protected-resource/mcp`;
+    expect(seen.slice(0, 3)).toEqual([
+      { method: 'POST', url: serverUrl.href, status: 401, challenge: `Bearer realm="tokengate", resource_metadata="${metadataUrl}"` },
+      { method: 'GET', url: metadataUrl, status: 200, challenge: null },
+      { method: 'GET', url: `${running.baseUrl}/.well-known/oauth-authorization-server`, status: 200, challenge: null },
+    ]);
+    expect(provider.authorizationUrls).toHaveLength(1);
+    const asked = provider.authorizationUrls[0]!;
+    expect(asked.origin + asked.pathname).toBe(`${running.baseUrl}/oauth/authorize`);
+    expect(asked.searchParams.getAll('resource')).toEqual([mcpResource]);
+    expect(asked.searchParams.get('code_challenge_method')).toBe('S256');
+    expect(asked.searchParams.get('scope')).toBe('public');
+    expect(provider.code).toBeDefined();
+
+    const transport = new StreamableHTTPClientTransport(serverUrl, { authProvider: provider, fetch: recordingFetch });
+    await transport.finishAuth(provider.code!);
+    expect(seen.at(-1)).toMatchObject({ method: 'POST', url: `${running.baseUrl}/oauth/token`, status: 200 });
+    const connected = new Client({ name: 'assistant', version: '1.0.0' });
+    await connected.connect(transport);
+    const result = await connected.callTool({ name: 'my-tickets', arguments: {} });
+    expect(result.content).toEqual([{ type: 'text', text: 'tickets of user-fan' }]);
+    await connected.close();
+
+    const token = provider.tokens()!.access_token;
+    const other = await fetch(`${running.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } });
+    expect(other.status).toBe(401);
+    expect(other.headers.get('www-authenticate')).toContain('error="invalid_token"');
+    expect(other.headers.get('www-authenticate')).toContain(`resource_metadata="${running.baseUrl}/.well-known/oauth-protected-resource/api/public"`);
+  });
+});
