@@ -271,7 +271,9 @@ function challengeOf(
     case 'none':
       return undefined;
     case 'bare':
-      return dpopOnly ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, undefined, [], resourceMetadata) : bearerChallenge(realm, undefined, [], resourceMetadata);
+      return dpopOnly
+        ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, undefined, [], resourceMetadata)
+        : bearerChallenge(realm, undefined, [], resourceMetadata);
     case 'error': {
       const scopes = spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [];
       return dpopOnly
