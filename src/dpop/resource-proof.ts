@@ -1,7 +1,6 @@
 import { StoreUnavailableError } from '../store/store.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { tokenDigest } from '../token/token-value.js';
-import type { RouteDenialReason } from '../gateway/denials.js';
 import { normalizeHtu, requestHtu } from './htu.js';
 import type { Dpop } from './index.js';
 import { verifyProof } from './proof.js';
@@ -25,8 +24,8 @@ export interface ProofSubject {
   readonly url: string;
 }
 
-export type ProofRefusal = Extract<
-  RouteDenialReason,
+/** Why a proof step refused: each is a denial reason of the gateway's table (src/gateway/denials.ts). */
+export type ProofRefusal =
   | 'dpop_required'
   | 'dpop_token_as_bearer'
   | 'dpop_unbound_token'
@@ -37,8 +36,7 @@ export type ProofRefusal = Extract<
   | 'dpop_ath_mismatch'
   | 'dpop_key_mismatch'
   | 'dpop_proof_replayed'
-  | 'store_unavailable'
->;
+  | 'store_unavailable';
 
 /**
  * Whether the request needs the DPoP step at all: a Bearer token that is not bound, on a route

@@ -1,8 +1,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { normalizeHtu } from './htu.js';
+import type { Dpop } from './index.js';
 import { verifyProof } from './proof.js';
 
 export const DPOP_NONCE_HEADER = 'dpop-nonce';
@@ -18,11 +18,10 @@ export const DPOP_NONCE_HEADER = 'dpop-nonce';
 export async function tokenRequestBinding(
   request: FastifyRequest,
   reply: FastifyReply,
-  context: TokengateContext,
+  dpop: Dpop,
   application: ApplicationRecord,
   tokenEndpointUrl: string,
 ): Promise<string | null> {
-  const { dpop } = context;
   const proofs = countProofHeaders(request.raw.rawHeaders);
   if (proofs === 0) {
     if (application.dpop === 'required') throw refused('This application must send a DPoP proof with every token request (a DPoP header).');

@@ -35,7 +35,7 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       const grantType = supportedGrantType(parameters);
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
-      const dpopJkt = await tokenRequestBinding(request, reply, context, client.application, tokenEndpointUrl);
+      const dpopJkt = await tokenRequestBinding(request, reply, context.dpop, client.application, tokenEndpointUrl);
       const response = await grantType.issue({ parameters, requestedScopes, requestedResources, client, context, log: request.log, dpopJkt });
       context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
