@@ -19,7 +19,10 @@ import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
+import { MemoryLeases, RedisLeases } from './ratelimit/leases.js';
+import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
+import { RedisStore } from './store/redis.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
@@ -76,6 +79,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
+  const leases = store instanceof RedisStore ? new RedisLeases(store.client, store.keyPrefix) : new MemoryLeases();
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -83,6 +87,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     minter: createTokenMinter(decodeTagKey(tagKey)),
     metrics,
     log,
+    rateLimiter: new RateLimiter(config, leases, () => context.store, metrics, log),
     requestLog: new RequestLog(config.logging.requests),
   };
   // Caches replaced by a reload, stopping (close() waits for them).
@@ -179,7 +184,9 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     const restartRequired = restartKeys(running, next);
     const effective = effectiveConfig(running, next);
     // Everything below is synchronous: no request sees half of it.
-    if (applied.includes('routes')) gatewayRoutes?.replace(effective);
+    // Policies first: the routes compiled next name them.
+    if (applied.includes('rateLimits')) context.rateLimiter.configure(effective);
+    if (applied.includes('routes') || applied.includes('rateLimits')) gatewayRoutes?.replace(effective);
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheOf(effective.cache);
@@ -233,6 +240,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
+      context.rateLimiter.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);
       if (ownsStore) await store.close();

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { Metrics } from './observability/metrics.js';
+import type { RateLimiter } from './ratelimit/limiter.js';
 import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
 import type { Store } from './store/store.js';
@@ -21,6 +22,8 @@ export interface TokengateContext {
   readonly minter: TokenMinter;
   readonly metrics: Metrics;
   readonly log: Logger;
+  /** The rate limit policies, the budgets this sidecar holds, and the applications' tiers. */
+  readonly rateLimiter: RateLimiter;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
 }

@@ -1,6 +1,7 @@
 import { TokengateError } from '../errors.js';
 import type { IssuerConfig } from '../config/schema.js';
 import type { ApplicationRecord } from '../store/store.js';
+import { ROUTE_POLICY } from '../ratelimit/config-checks.js';
 import { isScopeToken } from '../token/scope.js';
 
 /**
@@ -49,11 +50,12 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes): Appli
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'rateLimit'>>;
 
-export function readApplicationPatch(body: unknown, issuer: IssuerScopes): ApplicationPatch {
+/** `rateLimits`: the policies an application's tier may name. */
+export function readApplicationPatch(body: unknown, issuer: IssuerScopes, rateLimits: Readonly<Record<string, unknown>>): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'rate_limit']);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -64,7 +66,20 @@ export function readApplicationPatch(body: unknown, issuer: IssuerScopes): Appli
   if (redirectUris !== undefined) patch.redirectUris = readRedirectUris(redirectUris);
   const scopes = stringList(fields, 'scopes');
   if (scopes !== undefined) patch.scopes = readScopes(scopes, issuer);
+  if (fields.rate_limit !== undefined) patch.rateLimit = readTier(fields.rate_limit, rateLimits);
   return patch;
+}
+
+/** A tier: a policy of the config's rateLimits, or null (or "default") for the routes' own policies. */
+function readTier(value: unknown, rateLimits: Readonly<Record<string, unknown>>): string | null {
+  if (value === null || value === ROUTE_POLICY) return null;
+  const known = Object.keys(rateLimits);
+  if (typeof value !== 'string' || !Object.hasOwn(rateLimits, value)) {
+    throw invalid(
+      `rate_limit must name a policy of the config's rateLimits (${known.length === 0 ? 'none is defined' : known.join(', ')}), or be null or "${ROUTE_POLICY}" for the routes' own policies`,
+    );
+  }
+  return value;
 }
 
 function readName(value: string): string {

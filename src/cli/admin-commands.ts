@@ -56,7 +56,7 @@ async function readPasswordFromStdin(): Promise<string> {
 }
 
 const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
-const APPS_UPDATE_USAGE = 'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--json]';
+const APPS_UPDATE_USAGE = 'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--rate-limit POLICY|default] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
 
@@ -123,10 +123,11 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
           app.confidential ? 'confidential' : 'public',
           app.name,
           app.scopes.join(' '),
+          app.rate_limit ?? '-',
           app.redirect_uris.join(' '),
           app.created_at,
         ]);
-        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'REDIRECT_URIS', 'CREATED'], rows));
+        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'RATE_LIMIT', 'REDIRECT_URIS', 'CREATED'], rows));
       }
       return 0;
     },
@@ -140,13 +141,17 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       name: { type: 'string' },
       'redirect-uri': { type: 'string', multiple: true },
       scopes: { type: 'string' },
+      'rate-limit': { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
+      const rateLimit = values['rate-limit'];
       const patch = {
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
         ...(values.scopes === undefined ? {} : { scopes: scopeList(values.scopes) }),
+        // `default`: back to the routes' own policies.
+        ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

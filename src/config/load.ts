@@ -4,6 +4,7 @@ import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import type { ConfigProblem } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
+import { checkRateLimits } from '../ratelimit/config-checks.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
@@ -200,6 +201,7 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
   problems.push(
     ...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled, decisionsEnabled: config.decisions.enabled }),
     ...checkGatewayHeaders(config.gateway),
+    ...checkRateLimits(config),
   );
   return problems;
 }

@@ -256,11 +256,35 @@ export const RouteSchema = Type.Object(
     timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
     allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
     allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
+    rateLimit: Type.Optional(
+      Type.String({
+        description:
+          'The `rateLimits` policy that meters this route (docs/rate-limits.md); an application given a tier of its own (`tokengate apps update --rate-limit`) is metered by that policy instead. Unset: not metered.',
+      }),
+    ),
     allowQueryTokenThroughIngress: Type.Boolean({
       default: false,
       description:
         'On the decision listener, accept `access_token` in the query as `allowQueryToken` does. The ingress forwards the query as the client sent it, token included.',
     }),
+  },
+  { additionalProperties: false },
+);
+
+export const RateLimitPolicySchema = Type.Object(
+  {
+    // Optional: defaults are not filled in inside a record's entries; compilePolicy applies this one.
+    by: Type.Optional(
+      oneOf(
+        ['application', 'user'] as const,
+        'application',
+        "What one budget belongs to: `application` (the token's client id, all its users together) or `user` (each user of each application apart; application tokens share their application's).",
+      ),
+    ),
+    requestsPerSecond: Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000, description: 'Sustained rate admitted, in requests per second (fractions allowed: 0.5 is one every 2 s).' }),
+    burst: Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Requests admitted at once above the sustained rate, after a quiet spell.' }),
+    requestsPerHour: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar hour (UTC), on top of the rate. Unset: none.' })),
+    requestsPerDay: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar day (UTC), on top of the rate. Unset: none.' })),
   },
   { additionalProperties: false },
 );
@@ -284,6 +308,10 @@ export const ConfigSchema = Type.Object(
     gateway: GatewaySchema,
     decisions: DecisionsSchema,
     routes: Type.Array(RouteSchema, { default: [] }),
+    rateLimits: Type.Record(Type.String(), RateLimitPolicySchema, {
+      default: {},
+      description: 'Rate limit policies by name (letters, digits, `-` and `_`), for routes to name in `rateLimit` and operators to give an application as its tier.',
+    }),
     logging: LoggingSchema,
   },
   { additionalProperties: false },
@@ -296,4 +324,5 @@ export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
 export type LoggingConfig = Static<typeof LoggingSchema>;
+export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;

@@ -1,6 +1,8 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
+import { Bucket } from '../ratelimit/bucket.js';
+import type { RouteRateLimit } from '../ratelimit/limiter.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
@@ -14,10 +16,10 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  * never disagree. Each step gives its result or a denial compiled at start.
  *
  *   where (normalize the path, match a route, check the method) -> extract the one credential
- *   -> verify the token -> authorize the route's token kind and scopes
+ *   -> verify the token -> authorize the route's token kind and scopes -> meter (rate limits)
  *
- * Only two steps may have to wait: reading a body that can carry the token, and reading the
- * store on a cache miss. A step that waits hands its result on with .then; one that does not
+ * Only three steps may have to wait: reading a body that can carry the token, reading the
+ * store on a cache miss, and a rate limit lease when the sidecar holds no permit. A step that waits hands its result on with .then; one that does not
  * calls the next directly, so a cached token in a header is checked without a single promise.
  */
 
@@ -32,6 +34,8 @@ export interface Located<Target> {
 export interface Checked {
   readonly credential: Credential;
   readonly token: VerifiedToken;
+  /** The rate limit bucket that admitted the request (its RateLimit fields go on the answer); null on a route without a policy. */
+  readonly admission: Bucket | null;
 }
 
 export function isDenial(outcome: object): outcome is Denial {
@@ -76,8 +80,20 @@ function verify<Target>(
 }
 
 // 3. authorize: the route's token kind and scopes.
-function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken | VerificationFailure): Checked | Denial {
+function authorize<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken | VerificationFailure,
+): Checked | Denial | Promise<Checked | Denial> {
   if (typeof token === 'string') return route.denials[token];
   const refusal = authorizeRoute(route, token);
-  return refusal === null ? { credential, token } : route.denials[refusal];
+  if (refusal !== null) return route.denials[refusal];
+  return route.rateLimit === null ? { credential, token, admission: null } : meter(route.rateLimit, credential, token);
+}
+
+// 4. meter: a permit of the route's (or the application's tier's) rate limit policy.
+function meter(limit: RouteRateLimit, credential: Credential, token: VerifiedToken): Checked | Denial | Promise<Checked | Denial> {
+  const admitted = limit.limiter.admit(limit, token);
+  if (admitted instanceof Promise) return admitted.then((outcome) => (outcome instanceof Bucket ? { credential, token, admission: outcome } : outcome));
+  return admitted instanceof Bucket ? { credential, token, admission: admitted } : admitted;
 }

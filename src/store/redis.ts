@@ -274,6 +274,11 @@ export class RedisStore implements Store {
     return this.redis;
   }
 
+  /** The prefix of every key, for the parts of tokengate that keep keys of their own beside the store's (rate limits). */
+  get keyPrefix(): string {
+    return this.prefix;
+  }
+
   /** The last connection error ioredis reported, for the message when the store cannot be reached at start. */
   get lastConnectionError(): Error | null {
     return this.lastError;

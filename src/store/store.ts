@@ -19,6 +19,8 @@ export interface ApplicationRecord {
   scopes: string[];
   confidential: boolean;
   createdAt: number;
+  /** The rate limit policy (tier) that meters it instead of its routes' own; absent or null: theirs. */
+  rateLimit?: string | null;
 }
 
 export interface UserRecord {

@@ -1,0 +1,204 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import { ConfigError, parseConfig } from '../src/config/load.js';
+import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
+import { exchange } from './support/ingress.js';
+import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
+import { valueOf } from './support/metrics.js';
+import { eventually } from './support/wait.js';
+
+/**
+ * Rate limit policies through a real gateway and decision listener on the shared Redis: what an
+ * admitted and a refused request carry, quotas, per-user budgets, tiers given through the admin
+ * API, and the config's checks. The exactness across sidecars is test/rate-limits-sidecars.test.ts.
+ */
+
+let upstream: Upstream;
+let running: RunningTokengate;
+
+const rateLimits = {
+  // Slow enough that a test's requests come far faster than permits accrue.
+  tight: { requestsPerSecond: 0.2, burst: 3 },
+  quota: { requestsPerSecond: 100, burst: 100, requestsPerHour: 4 },
+  perUser: { by: 'user', requestsPerSecond: 0.2, burst: 2 },
+  gold: { requestsPerSecond: 100, burst: 50 },
+};
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  running = await startTokengate('rate-limits', {
+    config: {
+      decisions: { enabled: true },
+      rateLimits,
+      routes: [
+        { path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' },
+        { path: '/api/quota', token: 'any', upstream: upstream.url, rateLimit: 'quota' },
+        { path: '/api/per-user', token: 'user', upstream: upstream.url, rateLimit: 'perUser' },
+        { path: '/api/open', token: 'any', upstream: upstream.url },
+      ],
+    },
+  });
+});
+
+afterAll(async () => {
+  await running?.close();
+  await upstream?.close();
+});
+
+const get = (path: string, token: string) => fetch(`${running.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}` } });
+
+async function statuses(path: string, token: string, count: number): Promise<number[]> {
+  const answers: number[] = [];
+  for (let index = 0; index < count; index += 1) answers.push((await get(path, token)).status);
+  return answers;
+}
+
+async function applicationToken(): Promise<{ clientId: string; token: string }> {
+  const { clientId } = await registerApplication(running.store);
+  return { clientId, token: await running.issue({ ...APPLICATION_TOKEN, clientId }) };
+}
+
+describe('a rate limited route', () => {
+  it('admits the burst with RateLimit fields, then answers 429 rate_limited with Retry-After and the same fields', async () => {
+    const { token } = await applicationToken();
+    const first = await get('/api/tight', token);
+    expect(first.status).toBe(200);
+    expect(first.headers.get('ratelimit-policy')).toBe('"tight";q=1;w=5');
+    expect(first.headers.get('ratelimit')).toMatch(/^"tight";r=\d+;t=\d+$/);
+    expect(await statuses('/api/tight', token, 2)).toEqual([200, 200]);
+    const refused = await get('/api/tight', token);
+    expect(refused.status).toBe(429);
+    // One permit every 5 s: the next one is 5 s away (and the sidecar asks for it a quarter second later at most).
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThanOrEqual(4);
+    expect(retryAfter).toBeLessThanOrEqual(6);
+    expect(refused.headers.get('ratelimit-policy')).toBe('"tight";q=1;w=5');
+    expect(refused.headers.get('ratelimit')).toBe('"tight";r=0;t=15');
+    expect(await refused.json()).toEqual({ error: 'rate_limited', error_description: expect.stringContaining('rate') });
+    expect(await valueOf(running.tokengate.context.metrics.rateLimited, { route: '/api/tight', policy: 'tight', reason: 'rate_limited' })).toBeGreaterThanOrEqual(1);
+  });
+
+  it('meters each application apart, and leaves routes without a policy alone', async () => {
+    const a = await applicationToken();
+    const b = await applicationToken();
+    expect(await statuses('/api/tight', a.token, 4)).toEqual([200, 200, 200, 429]);
+    expect(await statuses('/api/tight', b.token, 3)).toEqual([200, 200, 200]);
+    const open = await statuses('/api/open', a.token, 10);
+    expect(open.every((status) => status === 200)).toBe(true);
+    expect((await get('/api/open', a.token)).headers.get('ratelimit')).toBeNull();
+  });
+
+  it('holds a quota to the request: the fifth of an hourly quota of 4 is quota_exceeded until the hour ends', async () => {
+    const { clientId, token } = await applicationToken();
+    expect(await statuses('/api/quota', token, 4)).toEqual([200, 200, 200, 200]);
+    const refused = await get('/api/quota', token);
+    expect(refused.status).toBe(429);
+    expect((await refused.json()).error).toBe('quota_exceeded');
+    const secondsToHourEnd = 3600 - Math.floor((Date.now() / 1000) % 3600);
+    expect(Math.abs(Number(refused.headers.get('retry-after')) - secondsToHourEnd)).toBeLessThanOrEqual(2);
+    expect(refused.headers.get('ratelimit-policy')).toBe('"quota";q=100;w=1, "quota-hour";q=4;w=3600');
+    // Nothing more gets through, however it is asked.
+    expect(await statuses('/api/quota', token, 5)).toEqual([429, 429, 429, 429, 429]);
+    const budget = await fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}/rate-limit`);
+    const { budgets } = (await budget.json()) as { budgets: Array<{ policy: string; quota_left: number | null }> };
+    expect(budgets.find((entry) => entry.policy === 'quota')?.quota_left).toBe(0);
+  });
+
+  it('meters by user when the policy says so: two users of one application each have their own budget', async () => {
+    const { clientId } = await registerApplication(running.store);
+    const ana = await running.issue({ clientId, userId: 'ana' });
+    const ben = await running.issue({ clientId, userId: 'ben' });
+    expect(await statuses('/api/per-user', ana, 3)).toEqual([200, 200, 429]);
+    expect(await statuses('/api/per-user', ben, 3)).toEqual([200, 200, 429]);
+  });
+
+  it('answers the same through the decision listener: 429 with Retry-After and the body in a header for nginx', async () => {
+    const { token } = await applicationToken();
+    const port = Number(new URL(running.decisionsUrl!).port);
+    const ask = () => exchange(port, 'GET', '/auth-request', [['X-Original-Method', 'GET'], ['X-Original-URI', '/api/tight/x'], ['Authorization', `Bearer ${token}`]]);
+    const admitted = await ask();
+    expect(admitted.status).toBe(200);
+    expect(admitted.header('ratelimit-policy')).toBe('"tight";q=1;w=5');
+    await ask();
+    await ask();
+    const refused = await ask();
+    expect(refused.status).toBe(429);
+    expect(Number(refused.header('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(JSON.parse(refused.header('x-tokengate-error-body')!).error).toBe('rate_limited');
+  });
+});
+
+describe('tiers', () => {
+  it('an application given another policy through the admin API is metered by it on the next requests, and "default" gives the route policy back', async () => {
+    const { clientId, token } = await applicationToken();
+    expect(await statuses('/api/tight', token, 4)).toEqual([200, 200, 200, 429]);
+    const patch = (rate_limit: string | null) =>
+      fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}`, {
+        method: 'PATCH',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ rate_limit }),
+      });
+    const updated = await patch('gold');
+    expect(updated.status).toBe(200);
+    expect((await updated.json()).rate_limit).toBe('gold');
+    // Within a second every sidecar reads the tier again.
+    await eventually(async () => (await get('/api/tight', token)).headers.get('ratelimit-policy') === '"gold";q=100;w=1', 2_000);
+    expect(await statuses('/api/tight', token, 20)).toEqual(Array(20).fill(200));
+    expect((await patch('default')).status).toBe(200);
+    await eventually(async () => (await get('/api/tight', token)).status === 429, 2_000);
+  });
+
+  it('refuses a tier the config does not define, naming the ones it does', async () => {
+    const { clientId } = await applicationToken();
+    const answer = await fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}`, {
+      method: 'PATCH',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ rate_limit: 'platinum' }),
+    });
+    expect(answer.status).toBe(400);
+    expect((await answer.json()).error_description).toContain('tight, quota, perUser, gold');
+  });
+});
+
+describe('the config', () => {
+  const load = (document: object) => parseConfig(stringify(document), 'rate.yaml', {});
+  const problems = (document: object): string[] => {
+    try {
+      load(document);
+      return [];
+    } catch (error) {
+      return (error as ConfigError).problems.map((problem) => `${problem.path}: ${problem.message}`);
+    }
+  };
+
+  it('names the key of a route whose policy does not exist, of a malformed policy and of a reserved name', () => {
+    const route = { path: '/api/x', upstream: 'http://127.0.0.1:1', rateLimit: 'partner' };
+    expect(problems({ rateLimits: { partners: { requestsPerSecond: 5, burst: 10 } }, routes: [route] })).toEqual([
+      'routes[0].rateLimit: "partner" is not a policy of rateLimits (defined: partners)',
+    ]);
+    expect(problems({ rateLimits: { partners: { requestsPerSecond: 0, burst: 10 } } })[0]).toMatch(/^rateLimits\.partners\.requestsPerSecond: /);
+    expect(problems({ rateLimits: { partners: { requestsPerSecond: 5 } } })[0]).toMatch(/^rateLimits\.partners\.burst/);
+    expect(problems({ rateLimits: { default: { requestsPerSecond: 5, burst: 1 } } })).toEqual([
+      'rateLimits.default: "default" is reserved: it gives an application its routes\' own policies back',
+    ]);
+    expect(problems({ rateLimits: { 'a b': { requestsPerSecond: 5, burst: 1 } } })[0]).toMatch(/^rateLimits\.a b: /);
+  });
+
+  it('gives the line of the key in the file', () => {
+    const text = 'rateLimits:\n  partners:\n    requestsPerSecond: 5\n    burst: 10\nroutes:\n  - path: /api/x\n    upstream: http://127.0.0.1:1\n    rateLimit: nope\n';
+    expect(() => parseConfig(text, 'rate.yaml', {})).toThrow(/routes\[0\]\.rateLimit \(line 8\)/);
+  });
+});
+
+describe('a reload', () => {
+  it('applies changed policies to the running routes', async () => {
+    const { token } = await applicationToken();
+    expect(await statuses('/api/tight', token, 4)).toEqual([200, 200, 200, 429]);
+    const config = running.tokengate.context.config;
+    const outcome = running.tokengate.reload(() => ({ ...config, rateLimits: { ...config.rateLimits, tight: { by: 'application', requestsPerSecond: 100, burst: 20 } } }));
+    expect(outcome.applied).toContain('rateLimits');
+    await eventually(async () => (await get('/api/tight', token)).status === 200, 2_000);
+    expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"tight";q=100;w=1');
+    running.tokengate.reload(() => config);
+  });
+});
