@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { ConfigError, parseConfig } from '../src/config/load.js';
+import { parseConfig, type ConfigError } from '../src/config/load.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange } from './support/ingress.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
@@ -75,7 +75,9 @@ describe('a rate limited route', () => {
     expect(refused.headers.get('ratelimit-policy')).toBe('"tight";q=1;w=5');
     expect(refused.headers.get('ratelimit')).toBe('"tight";r=0;t=15');
     expect(await refused.json()).toEqual({ error: 'rate_limited', error_description: expect.stringContaining('rate') });
-    expect(await valueOf(running.tokengate.context.metrics.rateLimited, { route: '/api/tight', policy: 'tight', reason: 'rate_limited' })).toBeGreaterThanOrEqual(1);
+    expect(
+      await valueOf(running.tokengate.context.metrics.rateLimited, { route: '/api/tight', policy: 'tight', reason: 'rate_limited' }),
+    ).toBeGreaterThanOrEqual(1);
   });
 
   it('meters each application apart, and leaves routes without a policy alone', async () => {
@@ -93,7 +95,7 @@ describe('a rate limited route', () => {
     expect(await statuses('/api/quota', token, 4)).toEqual([200, 200, 200, 200]);
     const refused = await get('/api/quota', token);
     expect(refused.status).toBe(429);
-    expect((await refused.json()).error).toBe('quota_exceeded');
+    expect(((await refused.json()) as { error: string }).error).toBe('quota_exceeded');
     const secondsToHourEnd = 3600 - Math.floor((Date.now() / 1000) % 3600);
     expect(Math.abs(Number(refused.headers.get('retry-after')) - secondsToHourEnd)).toBeLessThanOrEqual(2);
     expect(refused.headers.get('ratelimit-policy')).toBe('"quota";q=100;w=1, "quota-hour";q=4;w=3600');
@@ -115,7 +117,12 @@ describe('a rate limited route', () => {
   it('answers the same through the decision listener: 429 with Retry-After and the body in a header for nginx', async () => {
     const { token } = await applicationToken();
     const port = Number(new URL(running.decisionsUrl!).port);
-    const ask = () => exchange(port, 'GET', '/auth-request', [['X-Original-Method', 'GET'], ['X-Original-URI', '/api/tight/x'], ['Authorization', `Bearer ${token}`]]);
+    const ask = () =>
+      exchange(port, 'GET', '/auth-request', [
+        ['X-Original-Method', 'GET'],
+        ['X-Original-URI', '/api/tight/x'],
+        ['Authorization', `Bearer ${token}`],
+      ]);
     const admitted = await ask();
     expect(admitted.status).toBe(200);
     expect(admitted.header('ratelimit-policy')).toBe('"tight";q=1;w=5');
@@ -140,7 +147,7 @@ describe('tiers', () => {
       });
     const updated = await patch('gold');
     expect(updated.status).toBe(200);
-    expect((await updated.json()).rate_limit).toBe('gold');
+    expect(((await updated.json()) as { rate_limit: string }).rate_limit).toBe('gold');
     // Within a second every sidecar reads the tier again.
     await eventually(async () => (await get('/api/tight', token)).headers.get('ratelimit-policy') === '"gold";q=100;w=1', 2_000);
     expect(await statuses('/api/tight', token, 20)).toEqual(Array(20).fill(200));
@@ -156,7 +163,7 @@ describe('tiers', () => {
       body: JSON.stringify({ rate_limit: 'platinum' }),
     });
     expect(answer.status).toBe(400);
-    expect((await answer.json()).error_description).toContain('tight, quota, perUser, gold');
+    expect(((await answer.json()) as { error_description: string }).error_description).toContain('tight, quota, perUser, gold');
   });
 });
 
@@ -185,7 +192,8 @@ describe('the config', () => {
   });
 
   it('gives the line of the key in the file', () => {
-    const text = 'rateLimits:\n  partners:\n    requestsPerSecond: 5\n    burst: 10\nroutes:\n  - path: /api/x\n    upstream: http://127.0.0.1:1\n    rateLimit: nope\n';
+    const text =
+      'rateLimits:\n  partners:\n    requestsPerSecond: 5\n    burst: 10\nroutes:\n  - path: /api/x\n    upstream: http://127.0.0.1:1\n    rateLimit: nope\n';
     expect(() => parseConfig(text, 'rate.yaml', {})).toThrow(/routes\[0\]\.rateLimit \(line 8\)/);
   });
 });
@@ -195,7 +203,10 @@ describe('a reload', () => {
     const { token } = await applicationToken();
     expect(await statuses('/api/tight', token, 4)).toEqual([200, 200, 200, 429]);
     const config = running.tokengate.context.config;
-    const outcome = running.tokengate.reload(() => ({ ...config, rateLimits: { ...config.rateLimits, tight: { by: 'application', requestsPerSecond: 100, burst: 20 } } }));
+    const outcome = running.tokengate.reload(() => ({
+      ...config,
+      rateLimits: { ...config.rateLimits, tight: { by: 'application', requestsPerSecond: 100, burst: 20 } },
+    }));
     expect(outcome.applied).toContain('rateLimits');
     await eventually(async () => (await get('/api/tight', token)).status === 200, 2_000);
     expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"tight";q=100;w=1');

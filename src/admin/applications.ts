@@ -76,7 +76,10 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const { routes, rateLimits } = context.config;
     const tier = application.rateLimit ?? null;
-    const names = tier !== null && Object.hasOwn(rateLimits, tier) ? [tier] : [...new Set(routes.flatMap((route) => (route.rateLimit === undefined ? [] : [route.rateLimit])))];
+    const names =
+      tier !== null && Object.hasOwn(rateLimits, tier)
+        ? [tier]
+        : [...new Set(routes.flatMap((route) => (route.rateLimit === undefined ? [] : [route.rateLimit])))];
     return { client_id: clientId, rate_limit: tier, budgets: await context.rateLimiter.budget(clientId, names) };
   });
 

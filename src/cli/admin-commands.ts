@@ -56,7 +56,8 @@ async function readPasswordFromStdin(): Promise<string> {
 }
 
 const APPS_CREATE_USAGE = 'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--public] [--json]';
-const APPS_UPDATE_USAGE = 'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--rate-limit POLICY|default] [--json]';
+const APPS_UPDATE_USAGE =
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--rate-limit POLICY|default] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
 

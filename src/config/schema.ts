@@ -281,7 +281,11 @@ export const RateLimitPolicySchema = Type.Object(
         "What one budget belongs to: `application` (the token's client id, all its users together) or `user` (each user of each application apart; application tokens share their application's).",
       ),
     ),
-    requestsPerSecond: Type.Number({ exclusiveMinimum: 0, maximum: 1_000_000, description: 'Sustained rate admitted, in requests per second (fractions allowed: 0.5 is one every 2 s).' }),
+    requestsPerSecond: Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 1_000_000,
+      description: 'Sustained rate admitted, in requests per second (fractions allowed: 0.5 is one every 2 s).',
+    }),
     burst: Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Requests admitted at once above the sustained rate, after a quiet spell.' }),
     requestsPerHour: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar hour (UTC), on top of the rate. Unset: none.' })),
     requestsPerDay: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar day (UTC), on top of the rate. Unset: none.' })),
@@ -310,7 +314,8 @@ export const ConfigSchema = Type.Object(
     routes: Type.Array(RouteSchema, { default: [] }),
     rateLimits: Type.Record(Type.String(), RateLimitPolicySchema, {
       default: {},
-      description: 'Rate limit policies by name (letters, digits, `-` and `_`), for routes to name in `rateLimit` and operators to give an application as its tier.',
+      description:
+        'Rate limit policies by name (letters, digits, `-` and `_`), for routes to name in `rateLimit` and operators to give an application as its tier.',
     }),
     logging: LoggingSchema,
   },

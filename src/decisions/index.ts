@@ -121,7 +121,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
     const { admission } = checked;
-    if (admission !== null) headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
+    if (admission !== null)
+      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
     headers.push('content-length', '0');
     response.writeHead(200, headers);
     response.end();

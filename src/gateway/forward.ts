@@ -240,7 +240,8 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     const headers = this.rules.response(rawHeaders, this.request.id);
     // An admitted request of a metered route: the fields a client paces itself by (docs/rate-limits.md).
     const admission = this.admission;
-    if (admission !== null) headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
+    if (admission !== null)
+      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
     this.response.writeHead(statusCode, headers);
     return true;
   }

@@ -84,7 +84,9 @@ export class Bucket {
 
   /** Seconds until a request would be admitted (Retry-After), at least 1. */
   retryAfter(now: number): number {
-    const until = this.outage ? Math.max(this.blockedUntil, this.localTat - this.localBurst() * this.localInterval() + this.localInterval()) : this.blockedUntil;
+    const until = this.outage
+      ? Math.max(this.blockedUntil, this.localTat - this.localBurst() * this.localInterval() + this.localInterval())
+      : this.blockedUntil;
     return Math.max(1, Math.ceil((until - now) / 1000));
   }
 

@@ -46,7 +46,17 @@ export class RedisLeases implements LeaseSource {
   ) {}
 
   async lease(key: string, policy: Policy, request: LeaseRequest): Promise<LeaseAnswer> {
-    const args = [this.keyPrefix + key, policy.intervalMs, policy.burst, request.want, request.returned, request.charged, policy.perHour, policy.perDay, SHARE_DECAY_MS];
+    const args = [
+      this.keyPrefix + key,
+      policy.intervalMs,
+      policy.burst,
+      request.want,
+      request.returned,
+      request.charged,
+      policy.perHour,
+      policy.perDay,
+      SHARE_DECAY_MS,
+    ];
     let reply: number[];
     try {
       reply = (await this.redis.evalsha(this.sha, 1, ...args)) as number[];
@@ -102,7 +112,8 @@ export class MemoryLeases implements LeaseSource {
       dayCount: dayCount + grant,
       granted: (state === undefined ? 0 : state.granted * Math.exp(-(now - state.grantedAt) / SHARE_DECAY_MS)) + grant,
       grantedAt: now,
-      expiresAt: now + Math.max(burst * interval + 3 * SHARE_DECAY_MS, perHour > 0 ? (hour + 1) * 3_600_000 - now : 0, perDay > 0 ? (day + 1) * 86_400_000 - now : 0),
+      expiresAt:
+        now + Math.max(burst * interval + 3 * SHARE_DECAY_MS, perHour > 0 ? (hour + 1) * 3_600_000 - now : 0, perDay > 0 ? (day + 1) * 86_400_000 - now : 0),
     };
     this.buckets.set(key, next);
     if (quotaLeft >= 0) quotaLeft -= grant;

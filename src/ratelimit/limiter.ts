@@ -179,11 +179,13 @@ export class RateLimiter {
   }
 
   private async readTier(clientId: string): Promise<void> {
-    let policy: string | null = null;
+    let policy: string | null;
     try {
       policy = (await this.store().getApplication(clientId))?.rateLimit ?? null;
     } catch {
-      // The store is away: the routes' policies meanwhile; the refresh reads it again.
+      // The store is away: a tier read before stays; a new application has its routes' policies until the next refresh.
+      if (!this.tiers.has(clientId)) this.tiers.set(clientId, { policy: null, seenAt: Date.now() });
+      return;
     }
     const tier = this.tiers.get(clientId);
     if (tier === undefined) this.tiers.set(clientId, { policy, seenAt: Date.now() });

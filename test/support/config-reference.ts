@@ -17,7 +17,10 @@ export function configReferenceRows(): ReferenceRow[] {
     // A record of objects (rateLimits): its entries' keys, under the placeholder <name>.
     const entry = schema.type === 'object' && schema.patternProperties ? Object.values<TSchema>(schema.patternProperties)[0] : undefined;
     if (entry?.type === 'object') {
-      rows.push({ key: path, markdown: `| \`${path}\` | object | \`${JSON.stringify(schema.default)}\` | ${String(schema.description ?? '').replace(/\|/g, '\\|')} |` });
+      rows.push({
+        key: path,
+        markdown: `| \`${path}\` | object | \`${JSON.stringify(schema.default)}\` | ${String(schema.description ?? '').replace(/\|/g, '\\|')} |`,
+      });
       walk(entry, `${path}.<name>`);
       return;
     }
