@@ -57,7 +57,7 @@ describe('tokengate apps', () => {
 
     const list = await tokengate(withConfig('apps', 'list'));
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +REDIRECT_URIS +CREATED$/m);
+    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +RATE_LIMIT +REDIRECT_URIS +CREATED$/m);
     expect(list.stdout).toContain(clientId);
     expect(list.stdout).not.toContain(clientSecret);
   });
