@@ -21,6 +21,10 @@ import {
   forgedFlood,
   issuance,
   nginxDecisions,
+  rateLimitCommands,
+  rateLimitOff,
+  rateLimitOver,
+  rateLimitUnder,
   nginxLru,
   nginxRedis,
   revocation,
@@ -47,6 +51,8 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('unknown-flood', [unknownTokenFlood], () => ({ rounds: 1, seconds: 0 })),
   revocation,
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
+  rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
+  rowsInTurns('rate-limit-commands', [rateLimitCommands]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -77,6 +83,7 @@ async function main(): Promise<number> {
     memory: { idleBytes: null, cached: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
+    rateLimitCommandsPer1k: null,
     notes: [],
     failures: [],
   };

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { parseConfig, type ConfigError } from '../src/config/load.js';
+import { MemoryStore } from '../src/store/memory.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange } from './support/ingress.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
@@ -104,6 +105,21 @@ describe('a rate limited route', () => {
     const budget = await fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}/rate-limit`);
     const { budgets } = (await budget.json()) as { budgets: Array<{ policy: string; quota_left: number | null }> };
     expect(budgets.find((entry) => entry.policy === 'quota')?.quota_left).toBe(0);
+  });
+
+  it('admits no more than the burst when many requests of a fresh application arrive at once (they share one lease)', async () => {
+    const { token } = await applicationToken();
+    const answers = await Promise.all(Array.from({ length: 50 }, () => get('/api/tight', token).then((answer) => answer.status)));
+    expect(answers.filter((status) => status === 200)).toHaveLength(3);
+    expect(answers.filter((status) => status === 429)).toHaveLength(47);
+  });
+
+  it("a user cannot take another application's budget, nor widen its own by switching users on a by-application policy", async () => {
+    const { clientId } = await registerApplication(running.store);
+    const tokens = await Promise.all(['ana', 'ben', 'cy', 'dee'].map((userId) => running.issue({ clientId, userId })));
+    const answers = [];
+    for (const token of tokens) answers.push(...(await statuses('/api/tight', token, 2)));
+    expect(answers.filter((status) => status === 200)).toHaveLength(3);
   });
 
   it('meters by user when the policy says so: two users of one application each have their own budget', async () => {
@@ -211,5 +227,24 @@ describe('a reload', () => {
     await eventually(async () => (await get('/api/tight', token)).status === 200, 2_000);
     expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"tight";q=100;w=1');
     running.tokengate.reload(() => config);
+  });
+});
+
+describe('on the memory store (one instance)', () => {
+  it('holds the same policy with its own leases, no Redis involved', async () => {
+    const single = await startTokengate('rate-limits-memory', {
+      store: new MemoryStore(),
+      config: { rateLimits: { tight: rateLimits.tight }, routes: [{ path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' }] },
+    });
+    try {
+      const { clientId } = await registerApplication(single.store);
+      const token = await single.issue({ ...APPLICATION_TOKEN, clientId });
+      const answers = await Promise.all(
+        Array.from({ length: 10 }, () => fetch(`${single.baseUrl}/api/tight`, { headers: { authorization: `Bearer ${token}` } })),
+      );
+      expect(answers.map((answer) => answer.status).sort()).toEqual([200, 200, 200, 429, 429, 429, 429, 429, 429, 429]);
+    } finally {
+      await single.close();
+    }
   });
 });

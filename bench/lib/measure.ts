@@ -60,6 +60,8 @@ export interface Results {
   revocation: { samples: number; p50Ms: number; p99Ms: number; maxMs: number } | null;
   /** Redis commands executed while the forged-token row ran. */
   forgedStoreCalls: number | null;
+  /** Redis commands executed per 1,000 requests admitted on a rate limited route under its limit. */
+  rateLimitCommandsPer1k: number | null;
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];
@@ -68,7 +70,7 @@ export interface Results {
 /** What a row's windows send. */
 export interface Traffic {
   request: AutocannonRequest;
-  expectedStatus?: number;
+  expectedStatus?: number | readonly number[];
   /** Each window sends exactly this many requests (one token each) instead of running for its seconds. */
   requestsPerWindow?: number;
   /** Called every second of each measured window. */

@@ -18,10 +18,22 @@ export interface BenchConfigOptions {
   clusterNodes?: string[];
   /** The decision listener's port, which turns it on. */
   decisionsPort?: number;
+  /** Adds the rate limited routes (RATE_LIMITED, OVER_LIMIT) beside ME. */
+  rateLimits?: boolean;
 }
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
 export const ME = '/api/public/me';
+
+/** ME behind a policy the load never reaches, and behind one a third of the over-limit row's rate. */
+export const RATE_LIMITED = '/api/public/limited';
+export const OVER_LIMIT = '/api/public/over';
+/** The over-limit row's rate: three times its policy's. */
+export const OVER_LIMIT_RATE = 3_000;
+const BENCH_RATE_LIMITS = {
+  under: { requestsPerSecond: 1_000_000, burst: 100_000 },
+  over: { requestsPerSecond: OVER_LIMIT_RATE / 3, burst: 100 },
+};
 
 export function tokengateConfigYaml(options: BenchConfigOptions): string {
   const config = {
@@ -32,7 +44,16 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
         ? { driver: 'redis', url: options.redisUrl, keyPrefix: options.keyPrefix }
         : { driver: 'redis', cluster: { nodes: options.clusterNodes }, keyPrefix: options.keyPrefix },
     issuer: { issuerUrl: `http://127.0.0.1:${options.port}`, tokenTagKey: options.tokenTagKey },
-    routes: [{ path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl }],
+    routes: [
+      { path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl },
+      ...(options.rateLimits === true
+        ? [
+            { path: RATE_LIMITED, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'under' },
+            { path: OVER_LIMIT, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'over' },
+          ]
+        : []),
+    ],
+    ...(options.rateLimits === true ? { rateLimits: BENCH_RATE_LIMITS } : {}),
     ...(options.decisionsPort === undefined ? {} : { decisions: { enabled: true, host: '127.0.0.1', port: options.decisionsPort } }),
     logging: { level: 'info' },
   };

@@ -131,7 +131,7 @@ export class Bucket {
 
   private granted(answer: LeaseAnswer, wanted: number): void {
     const now = Date.now();
-    this.onLease(answer.granted > 0 ? 'granted' : answer.quotaLeft === 0 ? 'exhausted' : 'exhausted');
+    this.onLease(answer.granted > 0 ? 'granted' : 'exhausted');
     this.outage = false;
     this.permits += answer.granted;
     this.leaseEndsAt = now + LEASE_MS;
