@@ -20,7 +20,7 @@ let directory: string;
 let configFile: string;
 
 beforeAll(async () => {
-  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN } } });
+  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN }, rateLimits: { gold: { requestsPerSecond: 50, burst: 100 } } } });
   directory = mkdtempSync(join(tmpdir(), 'tokengate-cli-'));
   configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
 });
@@ -103,6 +103,16 @@ describe('tokengate apps', () => {
     expect(JSON.parse(updated.stdout)).toMatchObject({ client_id: application.client_id, name: 'Scanner v2', scopes: ['public'] });
     expect(await running.store.getApplication(application.client_id)).toMatchObject({ name: 'Scanner v2', redirectUris: application.redirect_uris });
     expect(await tokengate(withConfig('apps', 'update', application.client_id))).toMatchObject({ code: 2 });
+    // A tier: a policy of the config, and `default` to give the routes' policies back.
+    const tiered = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'gold'));
+    expect(tiered.stdout).toContain('rate_limit');
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: 'gold' });
+    expect((await tokengate(withConfig('apps', 'list'))).stdout).toMatch(new RegExp(`^${application.client_id} .* gold +`, 'm'));
+    const unknownTier = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'platinum'));
+    expect(unknownTier.code).not.toBe(0);
+    expect(unknownTier.stderr).toContain('rate_limit must name a policy');
+    await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'default'));
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: null });
 
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), {

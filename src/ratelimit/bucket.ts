@@ -64,6 +64,11 @@ export class Bucket {
   take(now: number): true | Refusal | null {
     this.asked += 1;
     this.usedAt = now;
+    return this.retake(now);
+  }
+
+  /** take() for a request already counted, after it waited for a lease. */
+  retake(now: number): true | Refusal | null {
     if (this.permits > 0) {
       if (now < this.leaseEndsAt) {
         this.permits -= 1;

@@ -108,13 +108,24 @@ export class RateLimiter {
     const taken = bucket.take(now);
     if (taken === true) return bucket;
     if (taken !== null) return this.refuse(limit, bucket, taken, now);
-    return bucket.waitForLease(now).then(() => {
-      const later = Date.now();
-      const retaken = bucket.take(later);
-      if (retaken === true) return bucket;
-      // Still no permit: the requests waiting with this one took the lease. Refused, not queued again.
-      return this.refuse(limit, bucket, retaken ?? 'rate_limited', later);
-    });
+    return this.awaitPermit(limit, bucket, now);
+  }
+
+  /**
+   * Waits for the bucket's lease, then takes a permit. The requests waiting with this one may
+   * have taken the whole lease while the store had more: then the next lease, sized for the
+   * requests still waiting. It ends: a store with no permit left blocks the bucket (a refusal),
+   * a store that does not answer puts it on its own (an answer either way).
+   */
+  private async awaitPermit(limit: RouteRateLimit, bucket: Bucket, now: number): Promise<Bucket | Denial> {
+    let at = now;
+    for (;;) {
+      await bucket.waitForLease(at);
+      at = Date.now();
+      const taken = bucket.retake(at);
+      if (taken === true) return bucket;
+      if (taken !== null) return this.refuse(limit, bucket, taken, at);
+    }
   }
 
   private tierPolicy(name: string, routePolicy: Policy): Policy {
