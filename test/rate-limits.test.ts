@@ -230,6 +230,25 @@ describe('a reload', () => {
   });
 });
 
+describe('a reload that removes the policy a tier names', () => {
+  it("meters the application by its routes' own policies until the policy is back", async () => {
+    const { clientId, token } = await applicationToken();
+    await running.store.putApplication({ ...(await running.store.getApplication(clientId))!, rateLimit: 'gold' });
+    expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"gold";q=100;w=1');
+    const config = running.tokengate.context.config;
+    const { gold: _gold, ...withoutGold } = config.rateLimits;
+    running.tokengate.reload(() => ({ ...config, rateLimits: withoutGold }));
+    try {
+      const answers = await statuses('/api/tight', token, 4);
+      expect(answers).toEqual([200, 200, 200, 429]);
+      expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"tight";q=1;w=5');
+    } finally {
+      running.tokengate.reload(() => config);
+    }
+    expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"gold";q=100;w=1');
+  });
+});
+
 describe('on the memory store (one instance)', () => {
   it('holds the same policy with its own leases, no Redis involved', async () => {
     const single = await startTokengate('rate-limits-memory', {

@@ -20,7 +20,11 @@ export interface Policy {
   readonly policyHeader: string;
   /** The parameters as given, to keep a policy's buckets across a reload that did not change it. */
   readonly source: RateLimitPolicyConfig;
-  /** The RateLimit field for `remaining` requests admissible now (strings built once each). */
+  /**
+   * The RateLimit field for `remaining` requests admissible now. Past 1,000 the count is rounded
+   * down to two significant digits (a client told "at least" paces itself the same), so the
+   * strings, built once each, stay a few thousand at most.
+   */
   remainingHeader(remaining: number): string;
 }
 
@@ -32,7 +36,7 @@ export function compilePolicy(name: string, source: RateLimitPolicyConfig): Poli
   const items = [`"${name}";q=${Math.floor(source.requestsPerSecond * window)};w=${window}`];
   if (source.requestsPerHour !== undefined) items.push(`"${name}-hour";q=${source.requestsPerHour};w=3600`);
   if (source.requestsPerDay !== undefined) items.push(`"${name}-day";q=${source.requestsPerDay};w=86400`);
-  const remaining: string[] = [];
+  const remaining = new Map<number, string>();
   return {
     name,
     by: source.by ?? 'application',
@@ -44,9 +48,21 @@ export function compilePolicy(name: string, source: RateLimitPolicyConfig): Poli
     policyHeader: items.join(', '),
     source,
     remainingHeader(count) {
-      const r = Math.max(0, Math.min(burst, Math.floor(count)));
-      // t: seconds until the burst is whole again at the sustained rate.
-      return (remaining[r] ??= `"${name}";r=${r};t=${Math.ceil(((burst - r) * intervalMs) / 1000)}`);
+      const r = roughly(Math.max(0, Math.min(burst, Math.floor(count))));
+      let field = remaining.get(r);
+      if (field === undefined) {
+        // t: seconds until the burst is whole again at the sustained rate.
+        field = `"${name}";r=${r};t=${Math.ceil(((burst - r) * intervalMs) / 1000)}`;
+        remaining.set(r, field);
+      }
+      return field;
     },
   };
+}
+
+/** A count as the RateLimit field gives it: exact up to 1,000, two significant digits (rounded down) above. */
+function roughly(count: number): number {
+  if (count < 1000) return count;
+  const unit = 10 ** (Math.floor(Math.log10(count)) - 1);
+  return Math.floor(count / unit) * unit;
 }
