@@ -2,10 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { parseConfig, type ConfigError } from '../src/config/load.js';
 import { MemoryStore } from '../src/store/memory.js';
+import type { RedisStore } from '../src/store/redis.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange } from './support/ingress.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
+import { startClusterTopology } from './support/topologies.js';
 import { eventually } from './support/wait.js';
 
 /**
@@ -16,6 +18,8 @@ import { eventually } from './support/wait.js';
 
 let upstream: Upstream;
 let running: RunningTokengate;
+/** A second sidecar of the same deployment. */
+let other: RunningTokengate;
 
 const rateLimits = {
   // Slow enough that a test's requests come far faster than permits accrue.
@@ -27,25 +31,28 @@ const rateLimits = {
 
 beforeAll(async () => {
   upstream = await startUpstream();
-  running = await startTokengate('rate-limits', {
-    config: {
-      decisions: { enabled: true },
-      rateLimits,
-      routes: [
-        { path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' },
-        { path: '/api/quota', token: 'any', upstream: upstream.url, rateLimit: 'quota' },
-        { path: '/api/per-user', token: 'user', upstream: upstream.url, rateLimit: 'perUser' },
-        { path: '/api/open', token: 'any', upstream: upstream.url },
-      ],
-    },
-  });
+  const config = {
+    decisions: { enabled: true },
+    rateLimits,
+    routes: [
+      { path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' },
+      { path: '/api/quota', token: 'any', upstream: upstream.url, rateLimit: 'quota' },
+      { path: '/api/per-user', token: 'user', upstream: upstream.url, rateLimit: 'perUser' },
+      { path: '/api/open', token: 'any', upstream: upstream.url },
+    ],
+  };
+  running = await startTokengate('rate-limits', { config });
+  other = await startTokengate('rate-limits', { config, sharing: running });
 });
 
 afterAll(async () => {
+  await other?.close();
   await running?.close();
   await upstream?.close();
 });
 
+const getFrom = (sidecar: RunningTokengate, path: string, token: string) =>
+  fetch(`${sidecar.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}` } });
 const get = (path: string, token: string) => fetch(`${running.baseUrl}${path}`, { headers: { authorization: `Bearer ${token}` } });
 
 async function statuses(path: string, token: string, count: number): Promise<number[]> {
@@ -155,6 +162,7 @@ describe('tiers', () => {
   it('an application given another policy through the admin API is metered by it on the next requests, and "default" gives the route policy back', async () => {
     const { clientId, token } = await applicationToken();
     expect(await statuses('/api/tight', token, 4)).toEqual([200, 200, 200, 429]);
+    expect((await getFrom(other, '/api/tight', token)).status).toBe(429);
     const patch = (rate_limit: string | null) =>
       fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}`, {
         method: 'PATCH',
@@ -164,8 +172,9 @@ describe('tiers', () => {
     const updated = await patch('gold');
     expect(updated.status).toBe(200);
     expect(((await updated.json()) as { rate_limit: string }).rate_limit).toBe('gold');
-    // Within a second every sidecar reads the tier again.
+    // Within a second every sidecar reads the tier again: this one, and a second one that already metered the application.
     await eventually(async () => (await get('/api/tight', token)).headers.get('ratelimit-policy') === '"gold";q=100;w=1', 2_000);
+    await eventually(async () => (await getFrom(other, '/api/tight', token)).headers.get('ratelimit-policy') === '"gold";q=100;w=1', 2_000);
     expect(await statuses('/api/tight', token, 20)).toEqual(Array(20).fill(200));
     expect((await patch('default')).status).toBe(200);
     await eventually(async () => (await get('/api/tight', token)).status === 429, 2_000);
@@ -247,6 +256,33 @@ describe('a reload that removes the policy a tier names', () => {
     }
     expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"gold";q=100;w=1');
   });
+});
+
+describe('on a Redis Cluster', () => {
+  it('holds two sidecars to one budget, kept in the one key the lease script runs on', async () => {
+    const topology = await startClusterTopology();
+    const config = { rateLimits: { tight: rateLimits.tight }, routes: [{ path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' }] };
+    try {
+      const first = await startTokengate('rate-limits-cluster', { topology, config });
+      const second = await startTokengate('rate-limits-cluster', { sharing: first, config });
+      try {
+        const { clientId } = await registerApplication(first.store);
+        const token = await first.issue({ ...APPLICATION_TOKEN, clientId });
+        const ask = (sidecar: RunningTokengate) =>
+          fetch(`${sidecar.baseUrl}/api/tight`, { headers: { authorization: `Bearer ${token}` } }).then((answer) => answer.status);
+        const answers = [];
+        for (let index = 0; index < 4; index += 1) answers.push(await ask(first), await ask(second));
+        expect(answers.filter((status) => status === 200)).toHaveLength(3);
+        // The budget is one key, wherever its slot put it (no hash tag).
+        expect(await (first.store as RedisStore).client.exists(`${first.prefix}ratelimit:tight:${clientId}`)).toBe(1);
+      } finally {
+        await second.close();
+        await first.close();
+      }
+    } finally {
+      await topology.stop();
+    }
+  }, 60_000);
 });
 
 describe('on the memory store (one instance)', () => {
