@@ -52,7 +52,7 @@ export interface Tokengate {
   /**
    * Applies a new config between two requests: `load` reads and validates it whole (a
    * ConfigError it throws, or a route the running issuer overlaps, keeps the running config, and
-   * every problem is logged). Routes, cache and logging settings are swapped in; requests in
+   * every problem is logged). Routes, rate limit policies, cache and logging settings are swapped in; requests in
    * flight finish on the routes they matched. Changed keys that need a restart are logged by
    * name and keep their running values. Counted in tokengate_config_reloads_total.
    */

@@ -13,7 +13,7 @@ import type { TokenMinter } from './token/token-value.js';
  * them when they are needed, not once at start.
  */
 export interface TokengateContext {
-  /** The config in effect: the routes, cache and logging settings of the last reload, the rest as started. */
+  /** The config in effect: the routes, rate limit policies, cache and logging settings of the last reload, the rest as started. */
   config: Readonly<Config>;
   /** The store as the gateway should read it (the cached wrapper when the cache is on). */
   store: Store;
