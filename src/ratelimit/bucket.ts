@@ -46,6 +46,8 @@ export class Bucket {
   private localTat = 0;
   /** Admitted during the outage, charged to the quota once the store answers. */
   private admittedAlone = 0;
+  /** What the lease in flight charges: still spent against this outage's share until it answers. */
+  private charging = 0;
   private quotaAlone = 0;
   /** Last request, for forgetting idle buckets. */
   usedAt = 0;
@@ -109,6 +111,7 @@ export class Bucket {
     const request = { want: this.batch, returned: this.returning, charged: this.admittedAlone };
     this.returning = 0;
     this.admittedAlone = 0;
+    this.charging = request.charged;
     this.asked = 0;
     this.askedSince = now;
     const pending = this.source.lease(this.key, this.policy, request).then(
@@ -120,7 +123,10 @@ export class Bucket {
         this.storeDown();
       },
     );
-    this.pending = pending.finally(() => (this.pending = null));
+    this.pending = pending.finally(() => {
+      this.pending = null;
+      this.charging = 0;
+    });
     return this.pending;
   }
 
@@ -183,7 +189,7 @@ export class Bucket {
 
   /** The outage's local GCRA, at this sidecar's share of the rate and burst, and of the quota. */
   private takeAlone(now: number): true | Refusal {
-    if (this.quotaAlone >= 0 && this.admittedAlone >= this.quotaAlone) {
+    if (this.quotaAlone >= 0 && this.admittedAlone + this.charging >= this.quotaAlone) {
       this.blockedBy = 'quota_exceeded';
       this.blockedUntil = this.retryStoreAt;
       return 'quota_exceeded';
