@@ -6,6 +6,7 @@ import type { RedisStore } from '../src/store/redis.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange } from './support/ingress.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
+import { accessLines, captureLog } from './support/log.js';
 import { valueOf } from './support/metrics.js';
 import { startClusterTopology } from './support/topologies.js';
 import { eventually } from './support/wait.js';
@@ -236,6 +237,32 @@ describe('a reload', () => {
     await eventually(async () => (await get('/api/tight', token)).status === 200, 2_000);
     expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"tight";q=100;w=1');
     running.tokengate.reload(() => config);
+  });
+});
+
+describe('the access log', () => {
+  it('gives a refusal its reason and the route, and never the token', async () => {
+    const log = captureLog('info');
+    const single = await startTokengate('rate-limits-log', {
+      logger: log.logger,
+      config: {
+        logging: { requests: 'all' },
+        rateLimits: { tight: rateLimits.tight },
+        routes: [{ path: '/api/tight', token: 'any', upstream: upstream.url, rateLimit: 'tight' }],
+      },
+    });
+    try {
+      const { clientId } = await registerApplication(single.store);
+      const token = await single.issue({ ...APPLICATION_TOKEN, clientId });
+      for (let index = 0; index < 4; index += 1) await getFrom(single, '/api/tight', token).then((answer) => answer.arrayBuffer());
+      await eventually(() => accessLines(log).length >= 4);
+      const refused = accessLines(log).filter((entry) => entry.status === 429);
+      expect(refused).toHaveLength(1);
+      expect(refused[0]).toMatchObject({ reason: 'rate_limited', route: '/api/tight' });
+      expect(log.text()).not.toContain(token);
+    } finally {
+      await single.close();
+    }
   });
 });
 
