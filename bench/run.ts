@@ -22,6 +22,10 @@ import {
   forgedFlood,
   issuance,
   nginxDecisions,
+  rateLimitCommands,
+  rateLimitOff,
+  rateLimitOver,
+  rateLimitUnder,
   nginxLru,
   nginxRedis,
   revocation,
@@ -50,6 +54,8 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('unknown-flood', [unknownTokenFlood], () => ({ rounds: 1, seconds: 0 })),
   revocation,
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
+  rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
+  rowsInTurns('rate-limit-commands', [rateLimitCommands]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -81,6 +87,7 @@ async function main(): Promise<number> {
     revocation: null,
     forgedStoreCalls: null,
     dpopStoreCommands: null,
+    rateLimitCommandsPer1k: null,
     notes: [],
     failures: [],
   };

@@ -21,7 +21,10 @@ import { createMetrics } from './observability/metrics.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
+import { MemoryLeases, RedisLeases } from './ratelimit/leases.js';
+import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
+import { RedisStore } from './store/redis.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
@@ -51,7 +54,7 @@ export interface Tokengate {
   /**
    * Applies a new config between two requests: `load` reads and validates it whole (a
    * ConfigError it throws, or a route the running issuer overlaps, keeps the running config, and
-   * every problem is logged). Routes, cache and logging settings are swapped in; requests in
+   * every problem is logged). Routes, rate limit policies, cache and logging settings are swapped in; requests in
    * flight finish on the routes they matched. Changed keys that need a restart are logged by
    * name and keep their running values. Counted in tokengate_config_reloads_total.
    */
@@ -79,6 +82,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
+  const leases = store instanceof RedisStore ? new RedisLeases(store.client, store.keyPrefix) : new MemoryLeases();
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -87,6 +91,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     dpop: createDpop(config.dpop, store, tagKeyBytes),
     metrics,
     log,
+    rateLimiter: new RateLimiter(config, leases, () => context.store, metrics, log),
     requestLog: new RequestLog(config.logging.requests),
   };
   // Caches replaced by a reload, stopping (close() waits for them).
@@ -185,8 +190,10 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     const restartRequired = restartKeys(running, next);
     const effective = effectiveConfig(running, next);
     // Everything below is synchronous: no request sees half of it.
-    // A route's challenges name its resource's metadata: a changed resource recompiles the routes too.
-    if (applied.includes('routes') || applied.includes('resources')) gatewayRoutes?.replace(effective);
+    // Policies first: the routes compiled next name them. A route's challenges name its
+    // resource's metadata: a changed resource recompiles the routes too.
+    if (applied.includes('rateLimits')) context.rateLimiter.configure(effective);
+    if (applied.includes('routes') || applied.includes('resources') || applied.includes('rateLimits')) gatewayRoutes?.replace(effective);
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheOf(effective.cache);
@@ -240,6 +247,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
+      context.rateLimiter.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);
       if (ownsStore) await store.close();

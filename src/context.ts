@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import type { Config } from './config/schema.js';
 import type { Dpop } from './dpop/index.js';
 import type { Metrics } from './observability/metrics.js';
+import type { RateLimiter } from './ratelimit/limiter.js';
 import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
 import type { Store } from './store/store.js';
@@ -13,7 +14,7 @@ import type { TokenMinter } from './token/token-value.js';
  * them when they are needed, not once at start.
  */
 export interface TokengateContext {
-  /** The config in effect: the resources, routes, cache and logging settings of the last reload, the rest as started. */
+  /** The config in effect: the resources, routes, rate limit policies, cache and logging settings of the last reload, the rest as started. */
   config: Readonly<Config>;
   /** The store as the gateway should read it (the cached wrapper when the cache is on). */
   store: Store;
@@ -24,6 +25,8 @@ export interface TokengateContext {
   readonly dpop: Dpop;
   readonly metrics: Metrics;
   readonly log: Logger;
+  /** The rate limit policies, the budgets this sidecar holds, and the applications' tiers. */
+  readonly rateLimiter: RateLimiter;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
 }

@@ -96,6 +96,9 @@ export const ERRORS = {
   NOT_FOUND: { status: 404, error: 'not_found', description: 'No route matches this path.' },
   METHOD_NOT_ALLOWED: { status: 405, error: 'method_not_allowed', description: 'This route does not accept this method.' },
   TOO_MANY_REQUESTS: { status: 429, error: 'too_many_requests', description: 'Too many attempts; try again later.' },
+  // Rate limit policies (docs/rate-limits.md): each refusal carries its own Retry-After and RateLimit fields.
+  RATE_LIMITED: { status: 429, error: 'rate_limited', description: "The application's request rate is over its limit; retry after the time in Retry-After." },
+  QUOTA_EXCEEDED: { status: 429, error: 'quota_exceeded', description: "The application's request quota is used up; retry after the time in Retry-After." },
   // Retry-After: the client should try again shortly; the store is usually back within seconds.
   STORE_UNAVAILABLE: {
     status: 503,

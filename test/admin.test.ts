@@ -87,7 +87,18 @@ describe('admin API authentication', () => {
 describe('admin API: applications', () => {
   it('creates a confidential application and shows its secret once; the store keeps only the digest', async () => {
     const created = await createApplication({ scopes: ['public', 'write'], redirect_uris: ['https://box.example/callback', 'http://localhost:3000/cb'] });
-    expect(Object.keys(created)).toEqual(['client_id', 'client_secret', 'name', 'confidential', 'redirect_uris', 'scopes', 'dpop', 'resources', 'created_at']);
+    expect(Object.keys(created)).toEqual([
+      'client_id',
+      'client_secret',
+      'name',
+      'confidential',
+      'redirect_uris',
+      'scopes',
+      'dpop',
+      'resources',
+      'rate_limit',
+      'created_at',
+    ]);
     expect(created).toMatchObject({
       name: 'Box office',
       confidential: true,

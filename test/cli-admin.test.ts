@@ -21,7 +21,9 @@ let directory: string;
 let configFile: string;
 
 beforeAll(async () => {
-  running = await startTokengate('cli', { config: { admin: { token: ADMIN_TOKEN }, resources: [{ identifier: USER_API }] } });
+  running = await startTokengate('cli', {
+    config: { admin: { token: ADMIN_TOKEN }, resources: [{ identifier: USER_API }], rateLimits: { gold: { requestsPerSecond: 50, burst: 100 } } },
+  });
   directory = mkdtempSync(join(tmpdir(), 'tokengate-cli-'));
   configFile = writeConfig('tokengate.yaml', Number(new URL(running.opsUrl).port));
 });
@@ -58,7 +60,7 @@ describe('tokengate apps', () => {
 
     const list = await tokengate(withConfig('apps', 'list'));
     expect(list.code).toBe(0);
-    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +RESOURCES +DPOP +REDIRECT_URIS +CREATED$/m);
+    expect(list.stdout).toMatch(/^CLIENT_ID +TYPE +NAME +SCOPES +RESOURCES +DPOP +RATE_LIMIT +REDIRECT_URIS +CREATED$/m);
     expect(list.stdout).toContain(clientId);
     expect(list.stdout).not.toContain(clientSecret);
   });
@@ -119,6 +121,17 @@ describe('tokengate apps', () => {
     expect(await tokengate(withConfig('apps', 'update', application.client_id, '--resource', USER_API, '--all-resources'))).toMatchObject({ code: 2 });
     const lifted = await tokengate(withConfig('apps', 'update', application.client_id, '--all-resources', '--json'));
     expect(JSON.parse(lifted.stdout)).toMatchObject({ resources: [] });
+
+    // A tier: a policy of the config, and `default` to give the routes' policies back.
+    const tiered = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'gold'));
+    expect(tiered.stdout).toContain('rate_limit');
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: 'gold' });
+    expect((await tokengate(withConfig('apps', 'list'))).stdout).toMatch(new RegExp(`^${application.client_id} .* gold +`, 'm'));
+    const unknownTier = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'platinum'));
+    expect(unknownTier.code).not.toBe(0);
+    expect(unknownTier.stderr).toContain('rate_limit must name a policy');
+    await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'default'));
+    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: null });
 
     const token = running.tokengate.context.minter.mint();
     await running.store.saveAccessToken(tokenDigest(token), {

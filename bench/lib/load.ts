@@ -16,8 +16,8 @@ export interface LoadOptions {
   /** Requests per second over all connections (autocannon's overallRate). */
   overallRate?: number;
   request: AutocannonRequest;
-  /** Status every answer should have; anything else counts as unexpected. */
-  expectedStatus: number;
+  /** Status every answer should have (or one of them: a rate limited row's 200 and 429); anything else counts as unexpected. */
+  expectedStatus: number | readonly number[];
 }
 
 export interface LoadResult {
@@ -69,7 +69,7 @@ export async function runLoadWindow(options: LoadOptions): Promise<LoadWindow> {
     seconds: (performance.now() - started) / 1000,
     statuses,
     errors: result.errors,
-    unexpected: requests - (statuses[String(options.expectedStatus)] ?? 0),
+    unexpected: requests - [options.expectedStatus].flat().reduce((sum, status) => sum + (statuses[String(status)] ?? 0), 0),
     latencies,
   };
 }

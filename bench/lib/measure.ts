@@ -62,6 +62,8 @@ export interface Results {
   forgedStoreCalls: number | null;
   /** Redis commands executed while the DPoP cached-token row ran (its replay marks), and the requests it answered. */
   dpopStoreCommands: { commands: number; requests: number } | null;
+  /** Redis commands executed per 1,000 requests admitted on a rate limited route under its limit. */
+  rateLimitCommandsPer1k: number | null;
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];
@@ -70,7 +72,7 @@ export interface Results {
 /** What a row's windows send. */
 export interface Traffic {
   request: AutocannonRequest;
-  expectedStatus?: number;
+  expectedStatus?: number | readonly number[];
   /** Each window sends exactly this many requests (one token each) instead of running for its seconds. */
   requestsPerWindow?: number;
   /** Called every second of each measured window. */

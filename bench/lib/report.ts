@@ -103,6 +103,8 @@ function memoryLines(results: Results): string[] {
     lines.push(
       `Redis commands per 1,000 DPoP requests (replay marks): ${((dpop.commands / dpop.requests) * 1000).toFixed(0)} (${dpop.commands} for ${dpop.requests})`,
     );
+  if (results.rateLimitCommandsPer1k !== null)
+    lines.push(`Redis commands per 1,000 requests admitted on a rate limited route under its limit: ${fixed(results.rateLimitCommandsPer1k, 1)}`);
   if (revocation !== null)
     lines.push(
       `revocation seen by a second sidecar (${revocation.samples} tokens): p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,
@@ -180,6 +182,11 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
         : { measured: `${Math.round(row('issuance')!.load.requestsPerSecond)} tokens/s`, met: row('issuance')!.load.requestsPerSecond >= 5_000 },
     ],
     ['revocation seen by a second sidecar: p99 <= 50 ms', atMost(results.revocation?.p99Ms ?? null, 50, ' ms')],
+    [
+      'rate limited route under its limit: CPU per request <= 1.05x the same route without a limit',
+      atMost(cpuRatio('rate-limit-under', 'rate-limit-off'), 1.05),
+    ],
+    ['rate limited route under its limit: <= 20 Redis commands per 1,000 admitted', atMost(results.rateLimitCommandsPer1k, 20, '')],
   ];
 }
 

@@ -7,7 +7,7 @@ import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxDecisions, startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
 import { freePort, type Placement } from './processes.js';
-import { ME } from './tokengate-config.js';
+import { ME, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../../src/token/token-value.js';
@@ -300,3 +300,58 @@ async function createApplication(tier: Tier, name: string): Promise<{ clientId: 
   const credentials = `${encodeURIComponent(body.client_id)}:${encodeURIComponent(body.client_secret)}`;
   return { clientId: body.client_id, basic: `Basic ${Buffer.from(credentials).toString('base64')}` };
 }
+
+// Rate limits: the same route with and without a policy, side by side on one tokengate.
+
+function rateLimitedTokengate(bench: Bench): Promise<Tier | string> {
+  return bench.shared('tokengate-rate-limits', () =>
+    startTokengate(bench.group, {
+      name: 'tokengate-rate-limits',
+      placement: 'tier',
+      config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, rateLimits: true },
+      nodeFlags: bench.settings.nodeFlags,
+      profileDir: null,
+    }),
+  );
+}
+
+export const rateLimitOff: Row = { id: 'rate-limit-off', title: 'tokengate, cached token, route without a rate limit', tier: rateLimitedTokengate };
+
+export const rateLimitUnder: Row = {
+  id: 'rate-limit-under',
+  title: 'tokengate, cached token, rate limited route under its limit',
+  tier: rateLimitedTokengate,
+  async traffic(bench) {
+    return { request: { ...bench.me, path: RATE_LIMITED } };
+  },
+};
+
+/** Three times its policy's rate: two answers in three are the 429 path. */
+export const rateLimitOver: Row = {
+  id: 'rate-limit-over',
+  title: `tokengate, cached token, rate limited route at 3x its limit (${OVER_LIMIT_RATE.toLocaleString('en')} req/s)`,
+  tier: rateLimitedTokengate,
+  rate: OVER_LIMIT_RATE,
+  connections: 10,
+  async traffic(bench) {
+    return { request: { ...bench.me, path: OVER_LIMIT }, expectedStatus: [200, 429] };
+  },
+};
+
+/** The under-limit row alone, its Redis commands counted: what the leases cost the store. */
+export const rateLimitCommands: Row = {
+  id: 'rate-limit-commands',
+  title: 'tokengate, rate limited route under its limit, Redis commands counted',
+  tier: rateLimitedTokengate,
+  async traffic(bench, tier) {
+    // The token is cached and the application's tier read before counting starts.
+    await (await fetch(`${tier.url}${RATE_LIMITED}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
+    bench.results.rateLimitCommandsPer1k = -(await commandsExecuted(bench.redis.store.client));
+    return { request: { ...bench.me, path: RATE_LIMITED } };
+  },
+  async finish(bench, _tier, result) {
+    const commands = bench.results.rateLimitCommandsPer1k! + (await commandsExecuted(bench.redis.store.client));
+    // Every request of the windows: the warm-up's (GET /api/public/me, cached) cost no command.
+    bench.results.rateLimitCommandsPer1k = (commands * 1000) / result.load.requests;
+  },
+};

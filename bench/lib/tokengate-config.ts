@@ -18,12 +18,24 @@ export interface BenchConfigOptions {
   clusterNodes?: string[];
   /** The decision listener's port, which turns it on. */
   decisionsPort?: number;
+  /** Adds the rate limited routes (RATE_LIMITED, OVER_LIMIT) beside ME. */
+  rateLimits?: boolean;
 }
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
 export const ME = '/api/public/me';
 /** The same route for DPoP-bound tokens only (the DPoP cached-token row). */
 export const DPOP_PATH = '/api/public/me-dpop';
+
+/** ME behind a policy the load never reaches, and behind one a third of the over-limit row's rate. */
+export const RATE_LIMITED = '/api/public/limited';
+export const OVER_LIMIT = '/api/public/over';
+/** The over-limit row's rate: three times its policy's. */
+export const OVER_LIMIT_RATE = 3_000;
+const BENCH_RATE_LIMITS = {
+  under: { requestsPerSecond: 1_000_000, burst: 100_000 },
+  over: { requestsPerSecond: OVER_LIMIT_RATE / 3, burst: 100 },
+};
 
 export function tokengateConfigYaml(options: BenchConfigOptions): string {
   const config = {
@@ -37,7 +49,14 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
     routes: [
       { path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl },
       { path: DPOP_PATH, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], dpop: 'required', upstream: options.upstreamUrl },
+      ...(options.rateLimits === true
+        ? [
+            { path: RATE_LIMITED, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'under' },
+            { path: OVER_LIMIT, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'over' },
+          ]
+        : []),
     ],
+    ...(options.rateLimits === true ? { rateLimits: BENCH_RATE_LIMITS } : {}),
     ...(options.decisionsPort === undefined ? {} : { decisions: { enabled: true, host: '127.0.0.1', port: options.decisionsPort } }),
     logging: { level: 'info' },
   };

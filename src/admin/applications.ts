@@ -18,6 +18,8 @@ export interface ApplicationView {
   dpop: 'required' | 'allowed';
   /** Resources its tokens may be for; empty: every configured resource. */
   resources: string[];
+  /** Its tier: the rate limit policy that meters it instead of its routes' own; null: theirs. */
+  rate_limit: string | null;
   created_at: string;
 }
 
@@ -30,6 +32,7 @@ function view(application: ApplicationRecord): ApplicationView {
     scopes: application.scopes,
     dpop: application.dpop ?? 'allowed',
     resources: application.resources ?? [],
+    rate_limit: application.rateLimit ?? null,
     created_at: new Date(application.createdAt).toISOString(),
   };
 }
@@ -65,13 +68,27 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
 
   scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
     const { clientId } = request.params;
-    const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
+    const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, context.config.rateLimits);
     const application = await context.store.getApplication(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const updated: ApplicationRecord = { ...application, ...patch };
     await context.store.putApplication(updated);
     request.log.info({ clientId, fields: Object.keys(patch) }, 'application updated');
     return view(updated);
+  });
+
+  // What an application may still send, every sidecar together: its tier's policy, or each policy its routes name.
+  scope.get<{ Params: { clientId: string } }>('/applications/:clientId/rate-limit', async function applicationRateLimit(request) {
+    const { clientId } = request.params;
+    const application = await context.store.getApplication(clientId);
+    if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
+    const { routes, rateLimits } = context.config;
+    const tier = application.rateLimit ?? null;
+    const names =
+      tier !== null && Object.hasOwn(rateLimits, tier)
+        ? [tier]
+        : [...new Set(routes.flatMap((route) => (route.rateLimit === undefined ? [] : [route.rateLimit])))];
+    return { client_id: clientId, rate_limit: tier, budgets: await context.rateLimiter.budget(clientId, names) };
   });
 
   scope.delete<{ Params: { clientId: string } }>('/applications/:clientId', async function deleteApplication(request) {

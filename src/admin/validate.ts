@@ -1,6 +1,7 @@
 import { TokengateError } from '../errors.js';
 import type { IssuerConfig } from '../config/schema.js';
 import type { ApplicationRecord } from '../store/store.js';
+import { ROUTE_POLICY } from '../ratelimit/config-checks.js';
 import { isScopeToken } from '../token/scope.js';
 
 /**
@@ -52,11 +53,17 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit'>>;
 
-export function readApplicationPatch(body: unknown, issuer: IssuerScopes, registeredResources: readonly string[]): ApplicationPatch {
+/** `registeredResources`: the resources an application may be limited to; `rateLimits`: the policies its tier may name. */
+export function readApplicationPatch(
+  body: unknown,
+  issuer: IssuerScopes,
+  registeredResources: readonly string[],
+  rateLimits: Readonly<Record<string, unknown>>,
+): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit']);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -74,6 +81,7 @@ export function readApplicationPatch(body: unknown, issuer: IssuerScopes, regist
   }
   const resources = stringList(fields, 'resources');
   if (resources !== undefined) patch.resources = readResources(resources, registeredResources);
+  if (fields.rate_limit !== undefined) patch.rateLimit = readTier(fields.rate_limit, rateLimits);
   return patch;
 }
 
@@ -88,6 +96,18 @@ function readResources(resources: string[], registered: readonly string[]): stri
     throw invalid(`resources: unknown resource ${unknown.map((resource) => JSON.stringify(resource.slice(0, 200))).join(', ')} (${known})`);
   }
   return [...new Set(resources)];
+}
+
+/** A tier: a policy of the config's rateLimits, or null (or "default") for the routes' own policies. */
+function readTier(value: unknown, rateLimits: Readonly<Record<string, unknown>>): string | null {
+  if (value === null || value === ROUTE_POLICY) return null;
+  const known = Object.keys(rateLimits);
+  if (typeof value !== 'string' || !Object.hasOwn(rateLimits, value)) {
+    throw invalid(
+      `rate_limit must name a policy of the config's rateLimits (${known.length === 0 ? 'none is defined' : known.join(', ')}), or be null or "${ROUTE_POLICY}" for the routes' own policies`,
+    );
+  }
+  return value;
 }
 
 function readName(value: string): string {

@@ -58,7 +58,7 @@ async function readPasswordFromStdin(): Promise<string> {
 const APPS_CREATE_USAGE =
   'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
 
@@ -129,10 +129,11 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
           app.scopes.join(' '),
           app.resources.length === 0 ? '(all)' : app.resources.join(' '),
           app.dpop,
+          app.rate_limit ?? '-',
           app.redirect_uris.join(' '),
           app.created_at,
         ]);
-        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'RESOURCES', 'DPOP', 'REDIRECT_URIS', 'CREATED'], rows));
+        print(table(['CLIENT_ID', 'TYPE', 'NAME', 'SCOPES', 'RESOURCES', 'DPOP', 'RATE_LIMIT', 'REDIRECT_URIS', 'CREATED'], rows));
       }
       return 0;
     },
@@ -149,11 +150,13 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       dpop: { type: 'string' },
       resource: { type: 'string', multiple: true },
       'all-resources': { type: 'boolean', default: false },
+      'rate-limit': { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
       if (values.resource !== undefined && values['all-resources'] === true)
         throw new UsageError(`give either --resource or --all-resources\nusage: ${APPS_UPDATE_USAGE}`);
+      const rateLimit = values['rate-limit'];
       const patch = {
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
@@ -161,6 +164,8 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ...(values.dpop === undefined ? {} : { dpop: values.dpop }),
         ...(values.resource === undefined ? {} : { resources: values.resource }),
         ...(values['all-resources'] === true ? { resources: [] } : {}),
+        // `default`: back to the routes' own policies.
+        ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

@@ -5,6 +5,7 @@ import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
 import type { ConfigProblem } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkResources } from '../resource/config-checks.js';
+import { checkRateLimits } from '../ratelimit/config-checks.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
@@ -202,6 +203,7 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
     ...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled, decisionsEnabled: config.decisions.enabled }),
     ...checkGatewayHeaders(config.gateway),
     ...checkResources(config),
+    ...checkRateLimits(config),
   );
   return problems;
 }

@@ -292,6 +292,12 @@ export const RouteSchema = Type.Object(
           'Identifier of the resource (one of `resources`) this route belongs to: only tokens whose audience includes it pass, and every challenge names its metadata (docs/gateway.md#resources).',
       }),
     ),
+    rateLimit: Type.Optional(
+      Type.String({
+        description:
+          'The `rateLimits` policy that meters this route (docs/rate-limits.md); an application given a tier of its own (`tokengate apps update --rate-limit`) is metered by that policy instead. Unset: not metered.',
+      }),
+    ),
     allowQueryTokenThroughIngress: Type.Boolean({
       default: false,
       description:
@@ -308,6 +314,28 @@ export const ResourceSchema = Type.Object(
       description:
         'The resource identifier (RFC 8707): the absolute URI clients name in `resource` and tokens carry as their audience, e.g. `https://api.ticketing.example/api/public`. https, or http on a loopback host for development; no query or fragment. Its metadata is served at `/.well-known/oauth-protected-resource` followed by its path.',
     }),
+  },
+  { additionalProperties: false },
+);
+
+export const RateLimitPolicySchema = Type.Object(
+  {
+    // Optional: defaults are not filled in inside a record's entries; compilePolicy applies this one.
+    by: Type.Optional(
+      oneOf(
+        ['application', 'user'] as const,
+        'application',
+        "What one budget belongs to: `application` (the token's client id, all its users together) or `user` (each user of each application apart; application tokens share their application's).",
+      ),
+    ),
+    requestsPerSecond: Type.Number({
+      exclusiveMinimum: 0,
+      maximum: 1_000_000,
+      description: 'Sustained rate admitted, in requests per second (fractions allowed: 0.5 is one every 2 s).',
+    }),
+    burst: Type.Integer({ minimum: 1, maximum: 1_000_000, description: 'Requests admitted at once above the sustained rate, after a quiet spell.' }),
+    requestsPerHour: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar hour (UTC), on top of the rate. Unset: none.' })),
+    requestsPerDay: Type.Optional(Type.Integer({ minimum: 1, description: 'Quota per calendar day (UTC), on top of the rate. Unset: none.' })),
   },
   { additionalProperties: false },
 );
@@ -337,6 +365,11 @@ export const ConfigSchema = Type.Object(
         'The resources (APIs) tokens are issued for. A route names its resource by identifier; tokens are bound to the resources asked for, or by default to every resource their application may use (docs/issuer.md#resources).',
     }),
     routes: Type.Array(RouteSchema, { default: [] }),
+    rateLimits: Type.Record(Type.String(), RateLimitPolicySchema, {
+      default: {},
+      description:
+        'Rate limit policies by name (letters, digits, `-` and `_`), for routes to name in `rateLimit` and operators to give an application as its tier.',
+    }),
     logging: LoggingSchema,
   },
   { additionalProperties: false },
@@ -350,5 +383,6 @@ export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
 export type LoggingConfig = Static<typeof LoggingSchema>;
+export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;

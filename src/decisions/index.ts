@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import type { TokengateContext } from '../context.js';
 import { renderError, TokengateError } from '../errors.js';
 import { check, isDenial, locate, type Checked } from '../gateway/check.js';
-import { isIngressMistake, type Denial } from '../gateway/denials.js';
+import { isIngressMistake, isRateLimitRefusal, type Denial } from '../gateway/denials.js';
 import type { GatewayRoutes } from '../gateway/index.js';
 import type { GatewayRoute } from '../gateway/route-table.js';
 import { createListenerGuard } from '../http/listener-limits.js';
@@ -120,6 +120,9 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     // Every identity header, empty when it does not apply: an ingress that copies only the
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
+    const { admission } = checked;
+    if (admission !== null)
+      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
     headers.push('content-length', '0');
     response.writeHead(200, headers);
     response.end();
@@ -143,7 +146,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     let headers = cache.get(denial);
     if (headers === undefined) {
       headers = headersOf(denial, withBody);
-      cache.set(denial, headers);
+      // A rate limit refusal is built per request (its Retry-After): not kept.
+      if (!isRateLimitRefusal(denial)) cache.set(denial, headers);
     }
     response.writeHead(denial.status, [...headers, requestIdHeader, requestId]);
     response.end(denial.body);

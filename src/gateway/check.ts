@@ -3,6 +3,8 @@ import type { TokengateContext } from '../context.js';
 import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/resource-proof.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
 import { isAudience } from '../resource/audience.js';
+import { Bucket } from '../ratelimit/bucket.js';
+import type { RouteRateLimit } from '../ratelimit/limiter.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
@@ -17,12 +19,13 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  *
  *   where (normalize the path, match a route, check the method) -> extract the one credential
  *   -> verify the token -> prove (DPoP, for DPoP requests, bound tokens and DPoP routes only)
- *   -> authorize the route's resource, token kind and scopes
+ *   -> authorize the route's resource, token kind and scopes -> meter (rate limits)
  *
- * Only three steps may have to wait: reading a body that can carry the token, reading the
- * store on a cache miss, and checking a DPoP proof (its signature, and its replay mark in the
- * shared store). A step that waits hands its result on with .then; one that does not
- * calls the next directly, so a cached token in a header is checked without a single promise.
+ * Only four steps may have to wait: reading a body that can carry the token, reading the
+ * store on a cache miss, checking a DPoP proof (its signature, and its replay mark in the
+ * shared store), and a rate limit lease when the sidecar holds no permit. A step that waits
+ * hands its result on with .then; one that does not calls the next directly, so a cached token
+ * in a header is checked without a single promise.
  */
 
 export interface Located<Target> {
@@ -36,6 +39,8 @@ export interface Located<Target> {
 export interface Checked {
   readonly credential: Credential;
   readonly token: VerifiedToken;
+  /** The rate limit bucket that admitted the request (its RateLimit fields go on the answer); null on a route without a policy. */
+  readonly admission: Bucket | null;
 }
 
 export function isDenial(outcome: object): outcome is Denial {
@@ -101,8 +106,16 @@ function prove<Target>(
 }
 
 // 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
-function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken): Checked | Denial {
+function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken): Checked | Denial | Promise<Checked | Denial> {
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
-  return refusal === null ? { credential, token } : route.denials[refusal];
+  if (refusal !== null) return route.denials[refusal];
+  return route.rateLimit === null ? { credential, token, admission: null } : meter(route.rateLimit, credential, token);
+}
+
+// 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
+function meter(limit: RouteRateLimit, credential: Credential, token: VerifiedToken): Checked | Denial | Promise<Checked | Denial> {
+  const admitted = limit.limiter.admit(limit, token);
+  if (admitted instanceof Promise) return admitted.then((outcome) => (outcome instanceof Bucket ? { credential, token, admission: outcome } : outcome));
+  return admitted instanceof Bucket ? { credential, token, admission: admitted } : admitted;
 }

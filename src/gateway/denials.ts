@@ -153,6 +153,8 @@ const DENIALS = {
   },
   store_unavailable: { code: 'STORE_UNAVAILABLE', challenge: 'none', outcome: 'denied' },
   wrong_audience: { code: 'INVALID_TOKEN', challenge: 'error', outcome: 'denied', description: 'The access token was not issued for this resource.' },
+  rate_limited: { code: 'RATE_LIMITED', challenge: 'none', outcome: 'denied' },
+  quota_exceeded: { code: 'QUOTA_EXCEEDED', challenge: 'none', outcome: 'denied' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed', only: 'gateway' },
@@ -329,6 +331,11 @@ export function countDenial(request: FastifyRequest, reply: FastifyReply, denial
   denial.count.inc();
   denial.duration.observe(reply.elapsedTime / 1000);
   denial.requests.completed(request, reply, denial.status, denial.reason, null, error);
+}
+
+/** A 429 of a rate limit policy: built per refusal around the route's compiled one, with its own Retry-After. */
+export function isRateLimitRefusal(denial: Denial): boolean {
+  return denial.reason === 'rate_limited' || denial.reason === 'quota_exceeded';
 }
 
 /** An answer only a misconfigured ingress causes (a check request without the original request's headers, an unknown endpoint). */

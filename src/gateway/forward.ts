@@ -5,6 +5,7 @@ import type { RouteConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import { CLIENT_CLOSED, UpstreamDurations, type RouteRequests } from '../observability/requests.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
+import type { Bucket } from '../ratelimit/bucket.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { countDenial, type Denial } from './denials.js';
 import { relayEarlyHints } from './early-hints.js';
@@ -32,7 +33,15 @@ export interface ForwardTarget {
 export interface Forwarder {
   readonly createTarget: TargetFactory<ForwardTarget>;
   /** Sends the checked request to the target and streams the answer back; the reply is the forwarder's from here on. */
-  forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, token: VerifiedToken): void;
+  forward(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: ForwardTarget,
+    path: string,
+    credential: Credential,
+    token: VerifiedToken,
+    admission: Bucket | null,
+  ): void;
   /**
    * After a reload: closes the pools of the origins `routes` no longer forward to, each once its
    * requests are done. A request that matched an old route and was still being checked meanwhile
@@ -86,7 +95,15 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     };
   };
 
-  function forward(request: FastifyRequest, reply: FastifyReply, target: ForwardTarget, path: string, credential: Credential, token: VerifiedToken): void {
+  function forward(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: ForwardTarget,
+    path: string,
+    credential: Credential,
+    token: VerifiedToken,
+    admission: Bucket | null,
+  ): void {
     reply.hijack();
     const raw = request.raw;
     const response = reply.raw;
@@ -104,7 +121,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const handler = new ForwardHandler(request, reply, target, token, rules, requestIdHeader);
+    const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a removal.
     response.on('close', () => handler.clientClosed());
     const options: Dispatcher.DispatchOptions = {
@@ -192,6 +209,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     private readonly reply: FastifyReply,
     private readonly target: ForwardTarget,
     private readonly token: VerifiedToken,
+    private readonly admission: Bucket | null,
     private readonly rules: HeaderRules,
     private readonly requestIdHeader: string,
   ) {
@@ -222,7 +240,12 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     this.target.forwarded.inc();
     this.target.duration.observe(elapsedMs / 1000);
     this.target.upstreamDuration.observe(statusCode, (elapsedMs - this.sentAfterMs) / 1000);
-    this.response.writeHead(statusCode, this.rules.response(rawHeaders, this.request.id));
+    const headers = this.rules.response(rawHeaders, this.request.id);
+    // An admitted request of a metered route: the fields a client paces itself by (docs/rate-limits.md).
+    const admission = this.admission;
+    if (admission !== null)
+      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
+    this.response.writeHead(statusCode, headers);
     return true;
   }
 

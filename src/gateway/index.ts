@@ -46,6 +46,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
         context.metrics,
         forwarder.createTarget,
         (label) => new RouteRequests(context.metrics.requests, context.requestLog, 'public', label),
+        context.rateLimiter,
       );
     let table = compile(context.config);
     routes = {
@@ -114,7 +115,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       if (isDenial(checked)) return refuse(request, reply, checked);
       const target = located.route.targets[checked.token.kind]!;
       if (isUpgrade(request)) forwardUpgrade(request, reply, target, located.path, checked.credential, checked.token);
-      else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token);
+      else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token, checked.admission);
       return undefined;
     }
   });

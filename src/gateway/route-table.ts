@@ -5,6 +5,7 @@ import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 import { metadataUrl } from '../resource/identifier.js';
+import type { RateLimiter, RouteRateLimit } from '../ratelimit/limiter.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import { compileRouteDenials, compileUnroutedDenials, UNCOUNTED, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
 
@@ -28,6 +29,8 @@ export interface GatewayRoute<Target> {
   /** False for a route without upstreams: only the decision listener decides it, the gateway answers 404. */
   readonly forwarded: boolean;
   readonly denials: Readonly<Record<RouteDenialReason, Denial>>;
+  /** The rate limit policy that meters it (src/ratelimit/); null: not metered. */
+  readonly rateLimit: RouteRateLimit | null;
   /** Its request counters and access log. */
   readonly requests: RouteRequests;
   /** Segments, below this prefix, of the more specific routes nested under it (usually none). */
@@ -74,6 +77,7 @@ export function compileRouteTable<Target>(
   metrics: Metrics,
   createTarget: TargetFactory<Target>,
   requestsOf: (label: string) => RouteRequests,
+  limiter: RateLimiter,
 ): RouteTable<Target> {
   const counted = { metrics, decisions: config.decisions.enabled };
   const routes = config.routes.map((route): GatewayRoute<Target> => {
@@ -95,6 +99,7 @@ export function compileRouteTable<Target>(
       .map((other) => other.slice(prefix === '/' ? 1 : prefix.length + 1).split('/'));
     const decisionAllowed = config.decisions.enabled ? metrics.decisions.labels(prefix, 'allowed', 'ok') : UNCOUNTED.count;
     const decisionDuration = config.decisions.enabled ? metrics.decisionDuration.labels(prefix) : UNCOUNTED.duration;
+    const rateLimit = route.rateLimit === undefined ? null : limiter.forRoute(prefix, route.rateLimit, denials);
     const methods = new Set(route.methods);
     const forwarded = targets.user !== null || targets.application !== null;
     // Both views have the same fields in the same order, so the check sees one object shape.
@@ -111,6 +116,7 @@ export function compileRouteTable<Target>(
       targets,
       forwarded,
       denials,
+      rateLimit,
       requests,
       nested,
       decisionAllowed,

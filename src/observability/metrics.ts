@@ -50,6 +50,18 @@ export function createMetrics() {
       labelNames: ['result'] as const,
       registers,
     }),
+    rateLimited: new Counter({
+      name: 'tokengate_rate_limited_total',
+      help: 'Requests refused 429 by a rate limit policy, by route, policy and reason (rate_limited or quota_exceeded), on the gateway and the decision listener.',
+      labelNames: ['route', 'policy', 'reason'] as const,
+      registers,
+    }),
+    rateLimitLeases: new Counter({
+      name: 'tokengate_rate_limit_leases_total',
+      help: 'Leases of rate limit permits asked of the store, by policy and result: granted, exhausted (the store had none left) or failed (the store did not answer: the sidecar limits alone at its share).',
+      labelNames: ['policy', 'result'] as const,
+      registers,
+    }),
     configInfo: new Gauge({
       name: 'tokengate_config_info',
       help: 'Always 1; its hash label identifies the config in effect (secrets left out).',

@@ -23,6 +23,8 @@ export interface ApplicationRecord {
   dpop?: 'required' | 'allowed';
   /** Resource identifiers its tokens may be for (RFC 8707); absent or empty: every registered resource. */
   resources?: string[];
+  /** The rate limit policy (tier) that meters it instead of its routes' own; absent or null: theirs. */
+  rateLimit?: string | null;
 }
 
 export interface UserRecord {

@@ -14,6 +14,16 @@ export function configReferenceRows(): ReferenceRow[] {
       for (const [key, child] of Object.entries<TSchema>(schema.properties)) walk(child, path === '' ? key : `${path}.${key}`);
       return;
     }
+    // A record of objects (rateLimits): its entries' keys, under the placeholder <name>.
+    const entry = schema.type === 'object' && schema.patternProperties ? Object.values<TSchema>(schema.patternProperties)[0] : undefined;
+    if (entry?.type === 'object') {
+      rows.push({
+        key: path,
+        markdown: `| \`${path}\` | object | \`${JSON.stringify(schema.default)}\` | ${String(schema.description ?? '').replace(/\|/g, '\\|')} |`,
+      });
+      walk(entry, `${path}.<name>`);
+      return;
+    }
     if (schema.type === 'array' && schema.items?.type === 'object') {
       walk(schema.items as TSchema, `${path}[]`);
       return;

@@ -1,0 +1,74 @@
+import { Agent, request } from 'undici';
+
+/** One answered request of a paced run: when it was sent (ms from the start), by which client, and the status. */
+export interface PacedResult {
+  readonly sentAtMs: number;
+  readonly client: number;
+  readonly status: number;
+}
+
+export interface PacedClient {
+  /** Requests per second this client sends, whatever the answers (an open loop, as real clients are). */
+  readonly rate: number;
+  readonly url: string;
+  readonly headers: Record<string, string>;
+}
+
+/** Requests one client may have unanswered at once; past it, its next requests wait for a free slot (and count as late). */
+const MAX_IN_FLIGHT = 64;
+const TICK_MS = 5;
+
+/**
+ * Sends each client's requests at its own steady rate for `durationMs`, from one loop that
+ * catches up after a late tick (a loaded machine delays timers, not the rates), with keep-alive
+ * connections, and resolves with every answer. A request that fails without an answer counts
+ * as status 0.
+ */
+export async function runPaced(clients: readonly PacedClient[], durationMs: number, onTick?: (elapsedMs: number) => void): Promise<PacedResult[]> {
+  const agent = new Agent({ connections: MAX_IN_FLIGHT, keepAliveTimeout: 30_000 });
+  const results: PacedResult[] = [];
+  const inFlight = clients.map(() => 0);
+  const sent = clients.map(() => 0);
+  const pending = new Set<Promise<void>>();
+  const started = performance.now();
+  const send = (index: number, sentAtMs: number) => {
+    const client = clients[index]!;
+    inFlight[index]! += 1;
+    const done = request(client.url, { dispatcher: agent, headers: client.headers })
+      .then(
+        async (answer) => {
+          await answer.body.dump();
+          results.push({ sentAtMs, client: index, status: answer.statusCode });
+        },
+        () => {
+          results.push({ sentAtMs, client: index, status: 0 });
+        },
+      )
+      .finally(() => {
+        inFlight[index]! -= 1;
+        pending.delete(done);
+      });
+    pending.add(done);
+  };
+  for (;;) {
+    const elapsed = performance.now() - started;
+    if (elapsed >= durationMs) break;
+    onTick?.(elapsed);
+    clients.forEach((client, index) => {
+      const due = Math.floor((client.rate * elapsed) / 1000);
+      while (sent[index]! < due && inFlight[index]! < MAX_IN_FLIGHT) {
+        sent[index]! += 1;
+        send(index, elapsed);
+      }
+    });
+    await new Promise((resolve) => setTimeout(resolve, TICK_MS));
+  }
+  await Promise.all(pending);
+  await agent.close();
+  return results;
+}
+
+/** Answers with `status` sent in [fromMs, toMs). */
+export function countIn(results: readonly PacedResult[], status: number, fromMs: number, toMs: number): number {
+  return results.filter((result) => result.status === status && result.sentAtMs >= fromMs && result.sentAtMs < toMs).length;
+}
