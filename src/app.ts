@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { ConfigError } from './config/load.js';
@@ -17,6 +16,7 @@ import { registerIssuer } from './issuer/index.js';
 import { registerHealth, type WorkerReports } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
 import { openStore } from './store/open-store.js';
@@ -113,7 +113,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     ...publicLimits.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }),
     requestIdHeader: config.gateway.requestIdHeader,
     // Ids are unique across sidecars and restarts, so one id follows a request through every log.
-    genReqId: () => randomUUID(),
+    genReqId: nextRequestId,
     // No access log line per request: on the gateway's hot path it would cost more than the
     // check itself. Denials and errors are logged where they are decided.
     logController: new LogController({ disableRequestLogging: true }),
@@ -122,7 +122,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
-    genReqId: () => randomUUID(),
+    genReqId: nextRequestId,
     logController: new LogController({ disableRequestLogging: true }),
     ...opsLimits.serverOptions(),
   });
