@@ -11,8 +11,6 @@ import { createDecisionListener, type DecisionListener } from './decisions/index
 import { jsonErrorHandler, TokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
 import { createListenerGuard } from './http/listener-limits.js';
-import { registerAuthorization } from './issuer/authorize/index.js';
-import { registerIssuer } from './issuer/index.js';
 import { registerHealth, type WorkerReports } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
@@ -155,6 +153,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own. The gateway
   // counts and logs its own requests (most of them it answers outside fastify's reply).
   if (servesPublic && config.issuer.enabled) {
+    // Loaded only here: a gateway-only sidecar (issuer.enabled: false) never holds the issuer's code.
+    const [{ registerAuthorization }, { registerIssuer }] = await Promise.all([import('./issuer/authorize/index.js'), import('./issuer/index.js')]);
     await app.register(async function observedIssuer(scope) {
       observeRequests(scope, 'public', metrics, context.requestLog);
       await registerAuthorization(scope, context);
