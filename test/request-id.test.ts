@@ -6,9 +6,13 @@ const SHAPE = /^([A-Za-z0-9_-]{16})-([0-9a-z]+)$/;
 
 /** The prefix another process draws (another sidecar, worker, or the same sidecar restarted). */
 function prefixOfAnotherProcess(): string {
-  const result = spawnSync(process.execPath, ['--import', 'tsx', '-e', "import('./src/observability/request-id.ts').then((m) => console.log(m.nextRequestId()))"], {
-    encoding: 'utf8',
-  });
+  const result = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', '-e', "import('./src/observability/request-id.ts').then((m) => console.log(m.nextRequestId()))"],
+    {
+      encoding: 'utf8',
+    },
+  );
   expect(result.status, result.stderr).toBe(0);
   return SHAPE.exec(result.stdout.trim())![1]!;
 }
