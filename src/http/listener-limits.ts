@@ -234,13 +234,12 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
   }
 
   function answerClosed(this: GuardedResponse): void {
-    const response = this;
-    const socket = response[kSocket];
+    const socket = this[kSocket];
     const open = socket[kOpenAnswers]!;
-    open.delete(response);
+    open.delete(this);
     // An idle keep-alive connection need not hold on to its last exchange; one answered before
     // its body arrived stays, as the subject of a timeout to come.
-    if (socket[kLastAnswer] === response && response.req.complete) socket[kLastAnswer] = undefined;
+    if (socket[kLastAnswer] === this && this.req.complete) socket[kLastAnswer] = undefined;
     if (socket[kClosing] !== undefined) settle(socket);
     const then = socket[kWhenAnswered];
     if (then !== undefined && open.size === 0) {
