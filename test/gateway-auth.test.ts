@@ -372,7 +372,7 @@ describe('route and method errors', () => {
     const kept = await call('/api/public/me', { headers: { 'x-request-id': 'trace-abc-123' } });
     expect(kept.headers.get('x-request-id')).toBe('trace-abc-123');
     const generated = await call('/api/public/me');
-    expect(generated.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    expect(generated.headers.get('x-request-id')).toMatch(/^[A-Za-z0-9_-]{16}-[0-9a-z]+$/);
   });
 });
 

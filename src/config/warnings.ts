@@ -18,7 +18,7 @@ const CACHED_TOKEN_BYTES = 300;
 const UNKNOWN_TOKEN_BYTES = 200;
 /** An old generation filled past this share of its limit spends its time collecting, then runs out. */
 const HEAP_SHARE = 0.75;
-/** The young generation's part of V8's heap limit on 64-bit (three semi-spaces of 16 MB): the cache lives in the old one. */
+/** The young generation's part of V8's heap limit on 64-bit with the image's flags (three semi-spaces of 16 MB): the cache lives in the old one. */
 const YOUNG_GENERATION_BYTES = 48 * 1024 * 1024;
 
 /**

@@ -1,7 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Logger } from 'pino';
 import type { TokengateContext } from '../context.js';
 import { renderError, TokengateError } from '../errors.js';
 import { check, isDenial, locate, type Checked } from '../gateway/check.js';
@@ -9,6 +7,7 @@ import { isIngressMistake, isRateLimitRefusal, type Denial } from '../gateway/de
 import type { GatewayRoutes } from '../gateway/index.js';
 import type { GatewayRoute } from '../gateway/route-table.js';
 import { createListenerGuard } from '../http/listener-limits.js';
+import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
 import { originalRequestReader } from './original-request.js';
 
@@ -84,7 +83,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   function decide(request: IncomingMessage, response: ServerResponse): void {
     const started = performance.now();
     const sentId = request.headers[requestIdHeader];
-    const requestId = typeof sentId === 'string' && sentId !== '' ? sentId : randomUUID();
+    const requestId = typeof sentId === 'string' && sentId !== '' ? sentId : nextRequestId();
     const original = readOriginalRequest(request);
     if (isDenial(original)) return refuse(request, response, original, false, requestId, started);
     // 0. where. The header count is not checked: the ingress builds both the check request and
@@ -129,17 +128,15 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     const elapsedMs = performance.now() - started;
     route.decisionAllowed.inc();
     route.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, requestLog(requestId), undefined, token);
+    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId);
   }
-
-  const requestLog = (requestId: string) => new CheckRequestLog(log, requestId);
 
   /** `withBody`: the answer goes to nginx, which drops its body; the body goes in a header too. */
   function refuse(request: IncomingMessage, response: ServerResponse, denial: Denial, withBody: boolean, requestId: string, started: number): void {
     const elapsedMs = performance.now() - started;
     denial.decisionCount.inc();
     denial.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, requestLog(requestId), denial.reason);
+    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId);
     // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
     if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');
     const cache = withBody ? refusalHeaders.withBody : refusalHeaders.plain;
@@ -191,20 +188,4 @@ function headersOf(denial: Denial, withBody: boolean): string[] {
   if (withBody) headers.push(BODY_HEADER, denial.body);
   headers.push('content-length', String(Buffer.byteLength(denial.body)));
   return headers;
-}
-
-/** The access log of one check request: its request id beside the line's fields. */
-class CheckRequestLog {
-  constructor(
-    private readonly log: Logger,
-    private readonly requestId: string,
-  ) {}
-
-  warn(fields: object, message: string): void {
-    this.log.warn({ reqId: this.requestId, ...fields }, message);
-  }
-
-  info(fields: object, message: string): void {
-    this.log.info({ reqId: this.requestId, ...fields }, message);
-  }
 }

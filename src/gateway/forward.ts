@@ -122,8 +122,10 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
     const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader);
-    // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a removal.
-    response.on('close', () => handler.clientClosed());
+    // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a
+    // removal. One listener function for every response, the handler kept on it: no closure per request.
+    (response as HandledResponse)[kForwardHandler] = handler;
+    response.on('close', onResponseClose);
     const options: Dispatcher.DispatchOptions = {
       path: credential.query === '' ? path : `${path}?${credential.query}`,
       method,
@@ -172,6 +174,15 @@ function upstreamOrigins(routes: readonly RouteConfig[]): Set<string> {
 function hasBody(request: IncomingMessage): boolean {
   const length = request.headers['content-length'];
   return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
+}
+
+const kForwardHandler = Symbol('tokengate.forwardHandler');
+interface HandledResponse extends ServerResponse {
+  [kForwardHandler]: ForwardHandler;
+}
+
+function onResponseClose(this: HandledResponse): void {
+  this[kForwardHandler].clientClosed();
 }
 
 const kAwaitingContinue = Symbol('tokengate.awaitingContinue');

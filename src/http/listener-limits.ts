@@ -78,6 +78,7 @@ const kOpenAnswers = Symbol('tokengate.openAnswers');
 const kLastAnswer = Symbol('tokengate.lastAnswer');
 const kClosing = Symbol('tokengate.closing');
 const kWhenAnswered = Symbol('tokengate.whenAnswered');
+const kSocket = Symbol('tokengate.socket');
 
 /** A connection that is to close after an error answer, once the answers before it are out. */
 interface Closing {
@@ -88,6 +89,11 @@ interface Closing {
   /** A request was dispatched after the error (a slow head that completed after its timeout): it gets its own answer. */
   dispatchedSince: boolean;
   settled: boolean;
+}
+
+/** A response on a guarded connection, with the socket it answers on. */
+interface GuardedResponse extends ServerResponse {
+  [kSocket]: GuardedSocket;
 }
 
 interface GuardedSocket extends Socket {
@@ -219,18 +225,21 @@ export function createListenerGuard(listener: ListenerName, limits: ListenerLimi
     const socket = request.socket as GuardedSocket;
     (socket[kOpenAnswers] ??= new Set()).add(response);
     socket[kLastAnswer] = response;
+    // Kept on the response: node clears the request's reference when the connection ends.
+    (response as GuardedResponse)[kSocket] = socket;
     const state = socket[kClosing];
     if (state !== undefined) state.dispatchedSince = true;
-    // The socket is captured here: node clears the request's reference when the connection ends.
-    response.on('close', () => answerClosed(socket, response));
+    // One listener function for every response, not a closure per request.
+    response.on('close', answerClosed);
   }
 
-  function answerClosed(socket: GuardedSocket, response: ServerResponse): void {
+  function answerClosed(this: GuardedResponse): void {
+    const socket = this[kSocket];
     const open = socket[kOpenAnswers]!;
-    open.delete(response);
+    open.delete(this);
     // An idle keep-alive connection need not hold on to its last exchange; one answered before
     // its body arrived stays, as the subject of a timeout to come.
-    if (socket[kLastAnswer] === response && response.req.complete) socket[kLastAnswer] = undefined;
+    if (socket[kLastAnswer] === this && this.req.complete) socket[kLastAnswer] = undefined;
     if (socket[kClosing] !== undefined) settle(socket);
     const then = socket[kWhenAnswered];
     if (then !== undefined && open.size === 0) {

@@ -53,6 +53,8 @@ export class RequestLog {
 
 /** The fields of an access log line beside the logger's own (`listener`, `reqId`, time, level). */
 export interface AccessLine {
+  /** Set by a listener whose requests have no logger of their own (the decision listener). */
+  reqId?: string;
   route: string;
   method: string;
   status: number;
@@ -83,14 +85,31 @@ export class RouteRequests {
     this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error);
   }
 
-  /** The same, for a listener without fastify's request and reply (the decision listener): `log` is the request's logger. */
-  record(method: string, status: number, durationMs: number, log: RequestLogger, reason?: string, token?: TokenIdentity | null, error?: string): void {
+  /**
+   * The same, for a listener without fastify's request and reply (the decision listener): `log`
+   * is the listener's logger and `requestId` the line's `reqId` (no logger object per request:
+   * most requests log nothing). Without a `requestId`, `log` is the request's own logger.
+   */
+  record(
+    method: string,
+    status: number,
+    durationMs: number,
+    log: RequestLogger,
+    reason?: string,
+    token?: TokenIdentity | null,
+    error?: string,
+    requestId?: string,
+  ): void {
     const methodIndex = METHOD_INDEX.get(method) ?? OTHER_METHOD;
     const classIndex = statusClass(status);
     const index = methodIndex * STATUS_CLASSES + classIndex;
     (this.counts[index] ??= this.counter.labels(this.listener, this.route, METHODS[methodIndex]!, `${classIndex}xx`)).inc();
     if ((error === undefined ? status : 500) < this.log.minStatus) return;
-    const line: AccessLine = { route: this.route, method, status, durationMs: Math.round(durationMs * 1000) / 1000 };
+    const rounded = Math.round(durationMs * 1000) / 1000;
+    const line: AccessLine =
+      requestId === undefined
+        ? { route: this.route, method, status, durationMs: rounded }
+        : { reqId: requestId, route: this.route, method, status, durationMs: rounded };
     if (reason !== undefined) line.reason = reason;
     if (token !== undefined && token !== null) {
       line.tokenKind = token.kind;
