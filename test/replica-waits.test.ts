@@ -93,7 +93,9 @@ describe('replica waits', () => {
     const primary = await master();
     await replicaOf(primary);
     const store = await storeOn(primary);
-    expect(await save(store, 'with-replica')).toBe('acknowledged');
+    // Eventually: on a loaded machine the replica's first acknowledgement can take longer than
+    // the store's 300 ms command timeout; what is proven is that a replica in sync confirms writes.
+    await eventually(async () => (await save(store, 'with-replica')) === 'acknowledged', 5_000);
 
     const lostAt = Date.now();
     await started[1]!.kill();
