@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf } from '../src/store/redis-feed.js';
-import { lagReplicaThenFailOver, runFailover, summarize, ROUTE } from './support/failover.js';
+import { lagReplicaThenFailOver, runFailover, summarize, startFailoverSidecars } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { createUser } from './support/issuer.js';
-import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import type { RunningTokengate } from './support/instance.js';
 import type { RedisNode } from './support/redis-cluster.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
@@ -34,17 +33,8 @@ afterAll(async () => {
 
 describe('Redis Cluster: a master fails over under traffic', () => {
   it('costs 503s while its slots have no master, and no wrong answer', { timeout: 120_000 }, async () => {
-    const config = {
-      routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
-      issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
-    };
-    const first = await startTokengate('failover-cluster', { topology, config });
-    sidecars.push(first);
-    sidecars.push(await startTokengate('failover-cluster-2', { sharing: first, config }));
-    const application = await registerApplication(first.store);
-    const userId = await registerUser(first.store);
-    const user = { email: `${userId}-signs-in@example.com`, password: 'failover-password' };
-    await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
+    const pair = await startFailoverSidecars('failover-cluster', topology, upstream.url, sidecars);
+    const { first } = pair;
     const { cluster } = topology;
     // The master that carries the revocation feed: both sidecars' subscriptions have to move.
     const victim: RedisNode = await cluster.masterOfSlot(slotOf(`${first.prefix}revocations`));
@@ -58,20 +48,17 @@ describe('Redis Cluster: a master fails over under traffic', () => {
     const resets = () => Promise.all(sidecars.map((sidecar) => valueOf(sidecar.tokengate.context.metrics.cacheResets)));
     const resetsBefore = await resets();
 
-    const report = await runFailover(
-      { first, second: sidecars[1]!, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
-      {
-        fail: () => victim.kill(),
-        aloneMs: ALONE_MS,
-        promoted: () => cluster.waitUntilHealthy(),
-        // An orchestrator restarts the lost node; it rejoins as the new master's replica, and
-        // writes are confirmed again.
-        replicaBack: async () => {
-          await victim.start();
-          await cluster.waitUntilHealthy();
-        },
+    const report = await runFailover(pair, {
+      fail: () => victim.kill(),
+      aloneMs: ALONE_MS,
+      promoted: () => cluster.waitUntilHealthy(),
+      // An orchestrator restarts the lost node; it rejoins as the new master's replica, and
+      // writes are confirmed again.
+      replicaBack: async () => {
+        await victim.start();
+        await cluster.waitUntilHealthy();
       },
-    );
+    });
     if (process.env.TOKENGATE_FAILOVER_REPORT) process.stdout.write(`${summarize('Redis Cluster', report)}\n`);
 
     expect(report.validRefused).toBe(0);
@@ -87,7 +74,8 @@ describe('Redis Cluster: a master fails over under traffic', () => {
     // The promoted master took writes alone, within 5 s of its promotion, and no write failed
     // from then on, not even when the lost node came back as its replica.
     expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.promotedMs + 5_000);
-    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS);
+    // Both times are rounded to the millisecond, and a timer may fire a millisecond early.
+    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS - 2);
     const alone = report.writesWhileAlone;
     expect([alone.issuance[200], alone.revocations[200], alone.redemptions[200], alone.refreshes[200], alone.signIns[303]]).toEqual(
       Array(5).fill(expect.any(Number)),

@@ -1,9 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROUTE, lagReplicaThenFailOver, runFailover, summarize } from './support/failover.js';
+import { lagReplicaThenFailOver, runFailover, summarize, startFailoverSidecars } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { createUser } from './support/issuer.js';
-import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
+import type { RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
 import { openTopologyStore, startSentinelTopology } from './support/topologies.js';
@@ -33,36 +32,23 @@ afterAll(async () => {
 
 describe('Redis Sentinel: the master fails over under traffic', () => {
   it('costs 503s while there is no master, and no wrong answer', { timeout: 120_000 }, async () => {
-    const config = {
-      routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
-      issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
-    };
-    const first = await startTokengate('failover-sentinel', { topology, config });
-    sidecars.push(first);
-    sidecars.push(await startTokengate('failover-sentinel-2', { sharing: first, config }));
-    const application = await registerApplication(first.store);
-    const userId = await registerUser(first.store);
-    const user = { email: `${userId}-signs-in@example.com`, password: 'failover-password' };
-    await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
+    const pair = await startFailoverSidecars('failover-sentinel', topology, upstream.url, sidecars);
     const { sentinel } = topology;
     const victim = await sentinel.currentMaster();
     const successor = sentinel.servers.find((server) => server !== victim)!;
     const resets = () => Promise.all(sidecars.map((sidecar) => valueOf(sidecar.tokengate.context.metrics.cacheResets)));
     expect(await resets()).toEqual([0, 0]);
 
-    const report = await runFailover(
-      { first, second: sidecars[1]!, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
-      {
-        fail: () => victim.kill(),
-        aloneMs: ALONE_MS,
-        promoted: () => sentinel.waitUntilHealthy(successor),
-        // An orchestrator restarts the lost server as a replica of the master the sentinels name.
-        replicaBack: async () => {
-          await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
-          await sentinel.waitUntilHealthy(successor);
-        },
+    const report = await runFailover(pair, {
+      fail: () => victim.kill(),
+      aloneMs: ALONE_MS,
+      promoted: () => sentinel.waitUntilHealthy(successor),
+      // An orchestrator restarts the lost server as a replica of the master the sentinels name.
+      replicaBack: async () => {
+        await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+        await sentinel.waitUntilHealthy(successor);
       },
-    );
+    });
     if (process.env.TOKENGATE_FAILOVER_REPORT) process.stdout.write(`${summarize('Redis Sentinel', report)}\n`);
 
     expect(report.validRefused).toBe(0);
@@ -77,7 +63,8 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     // The promoted master took writes alone, within 5 s of its promotion, and no write failed
     // from then on, not even when the lost node came back as its replica.
     expect(report.lastUnavailableMs ?? 0).toBeLessThanOrEqual(report.timeline.promotedMs + 5_000);
-    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS);
+    // Both times are rounded to the millisecond, and a timer may fire a millisecond early.
+    expect(report.timeline.restartedMs - report.timeline.promotedMs).toBeGreaterThanOrEqual(ALONE_MS - 2);
     const alone = report.writesWhileAlone;
     expect([alone.issuance[200], alone.revocations[200], alone.redemptions[200], alone.refreshes[200], alone.signIns[303]]).toEqual(
       Array(5).fill(expect.any(Number)),

@@ -2,10 +2,9 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { slotOf } from '../src/store/redis-feed.js';
-import { ROUTE, answers, runFailover } from './support/failover.js';
+import { answers, runFailover, startFailoverSidecars } from './support/failover.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate } from './support/instance.js';
-import { createUser } from './support/issuer.js';
+import type { RunningTokengate } from './support/instance.js';
 import { startClusterTopology } from './support/topologies.js';
 
 /**
@@ -47,17 +46,8 @@ async function reshard(entry: string, from: string, to: string, slots: number): 
 
 describe('Redis Cluster: slots migrate between masters under traffic', () => {
   it('follows MOVED and ASK with no wrong answer, and counts the 503s', { timeout: 180_000 }, async () => {
-    const config = {
-      routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
-      issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
-    };
-    const first = await startTokengate('resharding', { topology, config });
-    sidecars.push(first);
-    sidecars.push(await startTokengate('resharding-2', { sharing: first, config }));
-    const application = await registerApplication(first.store);
-    const userId = await registerUser(first.store);
-    const user = { email: `${userId}-signs-in@example.com`, password: 'resharding-password' };
-    await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
+    const pair = await startFailoverSidecars('resharding', topology, upstream.url, sidecars);
+    const { first } = pair;
     const { cluster } = topology;
     // The master of the revocation feed gives its slots away: both sidecars' subscriptions move too.
     const source = await cluster.masterOfSlot(slotOf(`${first.prefix}revocations`));
@@ -67,19 +57,16 @@ describe('Redis Cluster: slots migrate between masters under traffic', () => {
     const slotsBefore = nodes.find((node) => node.id === sourceId)!.slots;
 
     let movedAfterMs = 0;
-    const report = await runFailover(
-      { first, second: sidecars[1]!, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code },
-      {
-        fail: async () => {
-          const started = performance.now();
-          await reshard(source.address, sourceId, targetId, SLOTS_MOVED);
-          movedAfterMs = Math.round(performance.now() - started);
-        },
-        promoted: () => cluster.waitUntilHealthy(),
-        aloneMs: 0,
-        replicaBack: async () => {},
+    const report = await runFailover(pair, {
+      fail: async () => {
+        const started = performance.now();
+        await reshard(source.address, sourceId, targetId, SLOTS_MOVED);
+        movedAfterMs = Math.round(performance.now() - started);
       },
-    );
+      promoted: () => cluster.waitUntilHealthy(),
+      aloneMs: 0,
+      replicaBack: async () => {},
+    });
     process.stdout.write(`Resharding: ${SLOTS_MOVED} slots moved in ${movedAfterMs} ms; ${answers(report, 'the move began', 'during the move')}\n`);
 
     const slotsAfter = (await cluster.topology()).find((node) => node.id === sourceId)!.slots;

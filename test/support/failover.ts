@@ -1,8 +1,18 @@
 import type { AccessTokenRecord, Store } from '../../src/store/store.js';
 import { USER_TOKEN } from './gateway.js';
 import type { RedisNode } from './redis-cluster.js';
-import { basicAuthorization, postForm, type RunningTokengate, type TestApplication } from './instance.js';
-import { FormClient, authorizePath, formFields } from './issuer.js';
+import {
+  basicAuthorization,
+  issueAuthorizationCode,
+  postForm,
+  registerApplication,
+  registerUser,
+  startTokengate,
+  type RunningTokengate,
+  type TestApplication,
+} from './instance.js';
+import { FormClient, authorizePath, createUser, formFields } from './issuer.js';
+import type { TestTopology } from './topologies.js';
 import { sleep } from './wait.js';
 
 /**
@@ -29,6 +39,32 @@ export interface FailoverSidecars {
   newCode(): Promise<string>;
   /** A user of the store who signs in on the authorization page with this password. */
   user: { email: string; password: string };
+}
+
+/**
+ * Two sidecars on one store topology, both guarding ROUTE, with an application and a user who
+ * signs in on the authorization page: what runFailover drives. Each started sidecar is pushed on
+ * `sidecars` as soon as it runs, for the test file to close.
+ */
+export async function startFailoverSidecars(
+  name: string,
+  topology: TestTopology,
+  upstreamUrl: string,
+  sidecars: RunningTokengate[],
+): Promise<FailoverSidecars> {
+  const config = {
+    routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstreamUrl }],
+    issuer: { loginThrottle: { maxAttemptsPerAccount: 1_000, maxAttemptsPerAddress: 1_000 } },
+  };
+  const first = await startTokengate(name, { topology, config });
+  sidecars.push(first);
+  const second = await startTokengate(`${name}-2`, { sharing: first, config });
+  sidecars.push(second);
+  const application = await registerApplication(first.store);
+  const userId = await registerUser(first.store);
+  const user = { email: `${userId}-signs-in@example.com`, password: `${name}-password` };
+  await createUser(first.store, `${userId}-signs-in`, user.email, user.password);
+  return { first, second, application, user, newCode: async () => (await issueAuthorizationCode(first, application, userId)).code };
 }
 
 /** Kinds of writes, each counted by answer. */
