@@ -91,7 +91,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     const located = locate(gateway.table, original.method, original.target, 0, 0);
     const withBody = original.endpoint === 'authRequest';
     if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started);
-    // 1-3. extract -> verify -> authorize, with the route as an ingress applies it (no body, no query token unless allowed).
+    // 1-5. extract -> verify -> prove -> authorize -> meter, with the route as an ingress applies
+    // it (no body, no query token unless allowed; the original request is the DPoP proof's subject).
     const route = located.route.throughIngress;
     const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original);
     if (checked instanceof Promise) {

@@ -61,9 +61,9 @@ export function locate<Target>(table: RouteTable<Target>, method: string, target
 }
 
 /**
- * 1-4. extract -> verify -> prove -> authorize. `body`: the request body where it may carry the
- * token, else null. `subject`: the request as the client made it (method, scheme, host, target),
- * read only by the DPoP step.
+ * 1-5. extract -> verify -> prove -> authorize -> meter. `body`: the request body where it may
+ * carry the token, else null. `subject`: the request as the client made it (method, scheme, host,
+ * target), read only by the DPoP step.
  */
 export function check<Target>(
   context: TokengateContext,

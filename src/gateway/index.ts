@@ -91,8 +91,8 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
     }
 
     /**
-     * The request path, in order: where -> extract -> verify -> prove -> authorize (./check.ts, shared
-     * with the decision listener) -> forward. Returns undefined when it has answered (or handed
+     * The request path, in order: where -> extract -> verify -> prove -> authorize -> meter
+     * (./check.ts, shared with the decision listener) -> forward. Returns undefined when it has answered (or handed
      * the reply to the forwarder), and a promise of the reply when a step had to wait.
      */
     function handleGatewayRequest(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> | undefined {
@@ -103,14 +103,15 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
       if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
-      // 1-3. extract -> verify -> authorize: one RFC 6750 credential, a valid token, the route's kind and scopes.
+      // 1-5. extract -> verify -> prove -> authorize -> meter: one credential, a valid token, its DPoP
+      // proof where one is due, the route's resource, kind and scopes, a rate limit permit.
       // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
       const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request);
       if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
       return forward(request, reply, located, checked);
     }
 
-    // 5. forward: to the upstream of the token's kind, with identity headers and without the credential.
+    // 6. forward: to the upstream of the token's kind, with identity headers and without the credential.
     function forward(request: FastifyRequest, reply: FastifyReply, located: Located<ForwardTarget>, checked: Checked | Denial): undefined {
       if (isDenial(checked)) return refuse(request, reply, checked);
       const target = located.route.targets[checked.token.kind]!;
