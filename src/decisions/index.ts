@@ -17,7 +17,8 @@ import { originalRequestReader } from './original-request.js';
  * forward_auth). Each check request names an original request (./original-request.ts), which
  * goes through the same steps as a gateway request, on the same route table:
  *
- *   where (normalize the path, match a route, check the method) -> extract -> verify -> authorize
+ *   where (normalize the path, match a route, check the method) -> extract -> verify -> prove
+ *   -> authorize -> meter
  *
  * and is answered 200 with the identity headers, for the ingress to copy onto the request it
  * forwards, or with the gateway's own error answer, for the ingress to pass to the client.
