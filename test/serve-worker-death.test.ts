@@ -96,14 +96,17 @@ describe('server.workers: a worker dies under load', () => {
         // The primary starts another within its backoff; the next kill waits for it.
         await eventually(() => workerPids(serve!.output()).filter((pid) => isAlive(pid)).length === 2, 60_000);
         // A probe on a kept-alive connection the primary just closed fails: it counts as not ready yet.
+        let lastAnswer = '';
         const ready = () =>
           fetch(`${serve!.opsUrl}/readyz`)
-            .then((response) => response.json() as Promise<{ status: string }>)
+            .then((response) => response.text())
             .then(
-              (body) => body.status === 'ready',
-              () => false,
+              (text) => ((lastAnswer = text), (JSON.parse(text) as { status: string }).status === 'ready'),
+              (error: Error) => ((lastAnswer = String(error.cause ?? error)), false),
             );
-        await eventually(ready, 60_000);
+        await eventually(ready, 60_000).catch((error: Error) => {
+          throw new Error(`${error.message}: the last /readyz answer was ${lastAnswer}\n${serve!.output().slice(-3000)}`);
+        });
       }
       await sleep(500);
     } finally {

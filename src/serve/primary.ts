@@ -105,6 +105,8 @@ class WorkerFleet implements WorkerReports {
       if (isWorkerMessage(message)) this.answers.get(message.id)?.(message.ready);
     });
     worker.on('exit', (code, signal) => this.onExit(slot, worker, code, signal));
+    // A message sent as the worker dies fails on its closed channel; its exit is handled above.
+    worker.on('error', (error) => this.log.warn({ workerPid: worker.process.pid, err: error.message }, 'a message to a worker failed'));
   }
 
   private onExit(slot: Slot, worker: Worker, code: number | null, signal: string | null): void {
@@ -158,7 +160,10 @@ class WorkerFleet implements WorkerReports {
         resolve(ready);
       };
       this.answers.set(id, answer);
-      worker.send({ tokengate: 'readiness?', id } satisfies PrimaryMessage);
+      // A worker that dies meanwhile cannot answer: not ready.
+      worker.send({ tokengate: 'readiness?', id } satisfies PrimaryMessage, (error) => {
+        if (error !== null) answer(false);
+      });
     });
   }
 
@@ -168,6 +173,9 @@ class WorkerFleet implements WorkerReports {
 
   /** Sends `message` to every running worker. */
   tell(message: PrimaryMessage): void {
-    for (const slot of this.slots) if (slot.worker !== null && slot.worker.isConnected()) slot.worker.send(message);
+    for (const slot of this.slots) if (slot.worker !== null && slot.worker.isConnected()) slot.worker.send(message, ignoreClosedChannel);
   }
 }
+
+/** A worker that died after isConnected() said otherwise: its exit restarts it, nothing to tell. */
+function ignoreClosedChannel(): void {}
