@@ -121,9 +121,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     // Every identity header, empty when it does not apply: an ingress that copies only the
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
-    const { admission } = checked;
-    if (admission !== null)
-      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
+    checked.admission?.appendFields(headers);
     headers.push('content-length', '0');
     response.writeHead(200, headers);
     response.end();

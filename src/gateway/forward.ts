@@ -253,9 +253,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     this.target.upstreamDuration.observe(statusCode, (elapsedMs - this.sentAfterMs) / 1000);
     const headers = this.rules.response(rawHeaders, this.request.id);
     // An admitted request of a metered route: the fields a client paces itself by (docs/rate-limits.md).
-    const admission = this.admission;
-    if (admission !== null)
-      headers.push('ratelimit-policy', admission.policy.policyHeader, 'ratelimit', admission.policy.remainingHeader(admission.remaining()));
+    this.admission?.appendFields(headers);
     this.response.writeHead(statusCode, headers);
     return true;
   }

@@ -102,6 +102,11 @@ export class Bucket {
     return this.permits + Math.max(0, this.storeLeft);
   }
 
+  /** Appends an admitted answer's RateLimit-Policy and RateLimit fields to a flat header list (name, value, ...). */
+  appendFields(headers: string[]): void {
+    headers.push('ratelimit-policy', this.policy.policyHeader, 'ratelimit', this.policy.remainingHeader(this.remaining()));
+  }
+
   /** Waits for the lease in flight, or asks for one; never rejects (a failed lease starts an outage). */
   lease(now: number): Promise<void> {
     if (this.pending !== null) return this.pending;
