@@ -7,6 +7,7 @@ import { checkRoutes } from './config/routes.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import type { TokengateContext } from './context.js';
 import { registerAdmin } from './admin/index.js';
+import { isMetadataClientId } from './client-metadata/client-id.js';
 import { createDpop } from './dpop/index.js';
 import { createDecisionListener, type DecisionListener } from './decisions/index.js';
 import { jsonErrorHandler, TokengateError } from './errors.js';
@@ -79,6 +80,10 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
+  // Loaded only when on: a deployment without it never holds its code.
+  const clientMetadata = config.clientMetadataDocuments.enabled
+    ? (await import('./client-metadata/index.js')).createClientMetadata(config.clientMetadataDocuments, config.issuer, store.backend, metrics, log)
+    : null;
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -87,7 +92,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
     metrics,
     log,
-    rateLimiter: new RateLimiter(config, leasesFor(store.backend), () => context.store, metrics, log),
+    rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
+    clientMetadata,
     requestLog: new RequestLog(config.logging.requests),
   };
   // Caches replaced by a reload, stopping (close() waits for them).
@@ -246,6 +252,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
         clearInterval(idleSweep);
       }
       context.rateLimiter.close();
+      await clientMetadata?.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);
       if (ownsStore) await store.close();
@@ -265,6 +272,12 @@ function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>):
   // The file's routes were checked against its own issuer.enabled; they meet the running issuer.
   const problems = checkRoutes(config.routes, { issuerEnabled: running.issuer.enabled, decisionsEnabled: running.decisions.enabled });
   return problems.length > 0 ? { problems } : { config };
+}
+
+/** An application's rate limit tier: a registered one's own, or a metadata document client's from its entry of the list. */
+async function applicationTier(context: TokengateContext, clientId: string): Promise<string | null> {
+  if (context.clientMetadata !== null && isMetadataClientId(clientId)) return context.clientMetadata.tier(clientId);
+  return (await context.store.getApplication(clientId))?.rateLimit ?? null;
 }
 
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */

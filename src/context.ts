@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { ClientMetadata } from './client-metadata/index.js';
 import type { Config } from './config/schema.js';
 import type { Dpop } from './dpop/index.js';
 import type { Metrics } from './observability/metrics.js';
@@ -27,6 +28,8 @@ export interface TokengateContext {
   readonly log: Logger;
   /** The rate limit policies, the budgets this sidecar holds, and the applications' tiers. */
   readonly rateLimiter: RateLimiter;
+  /** Clients whose client_id is a metadata document URL, on the operator's list; null unless `clientMetadataDocuments.enabled`. */
+  readonly clientMetadata: ClientMetadata | null;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
 }

@@ -3,6 +3,7 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
+import { CLIENT_METADATA_COMMANDS } from './cli/client-metadata-commands.js';
 import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { configWarnings } from './config/warnings.js';
@@ -42,6 +43,7 @@ export const COMMANDS: Record<string, Command> = {
     },
   },
   ...ADMIN_COMMANDS,
+  ...CLIENT_METADATA_COMMANDS,
 };
 
 function help(): string {

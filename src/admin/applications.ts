@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { isMetadataClientId } from '../client-metadata/client-id.js';
 import { TokengateError } from '../errors.js';
 import { clientSecretDigest } from '../issuer/client-auth.js';
 import { resourceRegistry } from '../resource/registry.js';
@@ -80,10 +81,8 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
   // What an application may still send, every sidecar together: its tier's policy, or each policy its routes name.
   scope.get<{ Params: { clientId: string } }>('/applications/:clientId/rate-limit', async function applicationRateLimit(request) {
     const { clientId } = request.params;
-    const application = await context.store.getApplication(clientId);
-    if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
+    const tier = await tierOf(context, clientId);
     const { routes, rateLimits } = context.config;
-    const tier = application.rateLimit ?? null;
     const names =
       tier !== null && Object.hasOwn(rateLimits, tier)
         ? [tier]
@@ -99,4 +98,16 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
     request.log.info({ clientId }, 'application deleted, its tokens revoked');
     return { client_id: clientId, deleted: true };
   });
+}
+
+/** An application's tier; a metadata document client's is its entry's on the list. Throws 404 for a client id neither names. */
+async function tierOf(context: TokengateContext, clientId: string): Promise<string | null> {
+  if (context.clientMetadata !== null && isMetadataClientId(clientId)) {
+    const entry = await context.clientMetadata.allowList.find(clientId);
+    if (entry === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No entry of the client metadata list allows this client_id.' });
+    return entry.rateLimit ?? null;
+  }
+  const application = await context.store.getApplication(clientId);
+  if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
+  return application.rateLimit ?? null;
 }

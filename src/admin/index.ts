@@ -3,6 +3,7 @@ import type { TokengateContext } from '../context.js';
 import { jsonErrorHandler } from '../errors.js';
 import { requireAdminToken } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
+import { registerClientMetadataRoutes } from './client-metadata.js';
 import { registerTokenRoutes } from './tokens.js';
 import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
@@ -19,6 +20,7 @@ export async function registerAdmin(ops: FastifyInstance, context: TokengateCont
       registerApplicationRoutes(scope, context);
       registerUserRoutes(scope, context);
       registerTokenRoutes(scope, context);
+      registerClientMetadataRoutes(scope, context);
     },
     { prefix: ADMIN_PREFIX },
   );

@@ -89,7 +89,7 @@ export function readApplicationPatch(
  * The resources an application's tokens may be for: identifiers of configured resources, or
  * none to allow every one. Tokens issued before a change keep the audience they were given.
  */
-function readResources(resources: string[], registered: readonly string[]): string[] {
+export function readResources(resources: string[], registered: readonly string[]): string[] {
   const unknown = resources.filter((resource) => !registered.includes(resource));
   if (unknown.length > 0) {
     const known = registered.length === 0 ? 'no resources are configured' : `configured resources: ${registered.join(' ')}`;
@@ -99,7 +99,7 @@ function readResources(resources: string[], registered: readonly string[]): stri
 }
 
 /** A tier: a policy of the config's rateLimits, or null (or "default") for the routes' own policies. */
-function readTier(value: unknown, rateLimits: Readonly<Record<string, unknown>>): string | null {
+export function readTier(value: unknown, rateLimits: Readonly<Record<string, unknown>>): string | null {
   if (value === null || value === ROUTE_POLICY) return null;
   const known = Object.keys(rateLimits);
   if (typeof value !== 'string' || !Object.hasOwn(rateLimits, value)) {
@@ -127,7 +127,7 @@ function readRedirectUris(redirectUris: string[]): string[] {
   return [...new Set(redirectUris)];
 }
 
-function readScopes(scopes: string[], issuer: IssuerScopes): string[] {
+export function readScopes(scopes: string[], issuer: IssuerScopes): string[] {
   if (scopes.length === 0) throw invalid("scopes must list at least one scope (or be left out for the issuer's default scopes)");
   const unknown = scopes.filter((scope) => !isScopeToken(scope) || !issuer.scopes.includes(scope));
   if (unknown.length > 0)
@@ -174,7 +174,7 @@ export function readRevocationTarget(body: unknown): RevocationTarget {
   return userId !== undefined ? { userId } : { clientId: clientId! };
 }
 
-function asObject(body: unknown): Record<string, unknown> {
+export function asObject(body: unknown): Record<string, unknown> {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalid('the body must be a JSON object');
   return body as Record<string, unknown>;
 }
@@ -186,19 +186,19 @@ function optionalString(fields: Record<string, unknown>, name: string): string |
   return value;
 }
 
-function requiredString(fields: Record<string, unknown>, name: string): string {
+export function requiredString(fields: Record<string, unknown>, name: string): string {
   const value = optionalString(fields, name);
   if (value === undefined) throw invalid(`${name} is required`);
   return value;
 }
 
-function stringList(fields: Record<string, unknown>, name: string): string[] | undefined {
+export function stringList(fields: Record<string, unknown>, name: string): string[] | undefined {
   const value = fields[name];
   if (value === undefined) return undefined;
   if (!Array.isArray(value) || !value.every((item) => typeof item === 'string')) throw invalid(`${name} must be a list of strings`);
   return value;
 }
 
-function invalid(description: string): TokengateError {
+export function invalid(description: string): TokengateError {
   return new TokengateError('INVALID_REQUEST', { description });
 }

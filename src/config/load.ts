@@ -6,6 +6,7 @@ import type { ConfigProblem } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
 import { checkResources } from '../resource/config-checks.js';
 import { checkRateLimits } from '../ratelimit/config-checks.js';
+import { checkClientMetadata } from '../client-metadata/config-checks.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
@@ -204,6 +205,7 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
     ...checkGatewayHeaders(config.gateway),
     ...checkResources(config),
     ...checkRateLimits(config),
+    ...checkClientMetadata(config),
   );
   return problems;
 }

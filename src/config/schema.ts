@@ -252,6 +252,66 @@ export const DpopSchema = closed({
   }),
 });
 
+export const ClientMetadataAllowSchema = Type.Object(
+  {
+    url: Type.String({
+      minLength: 1,
+      description:
+        'An https origin (`https://claude.ai`: every client id on it) or URL prefix ending in `/` (`https://apps.example/clients/`: every client id under it), or one client id exactly.',
+    }),
+    scopes: Type.Optional(Type.Array(Type.String(), { uniqueItems: true, description: 'Scopes its clients may be granted. Unset: `issuer.defaultScopes`.' })),
+    resources: Type.Optional(
+      Type.Array(Type.String(), {
+        uniqueItems: true,
+        description: 'Resource identifiers its clients may get tokens for. Unset or empty: every configured resource.',
+      }),
+    ),
+    dpop: Type.Optional(oneOf(['required', 'allowed'] as const, 'allowed', '`required`: its clients get DPoP-bound tokens only.')),
+    rateLimit: Type.Optional(
+      Type.String({ description: "The `rateLimits` policy that meters its clients instead of their routes' own (their tier). Unset: the routes' own." }),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+export const ClientMetadataDocumentsSchema = closed({
+  enabled: Type.Boolean({
+    default: false,
+    description:
+      'Accept an https URL as `client_id` when the operator allows it (`allow`, or `tokengate client-metadata allow`): tokengate fetches the client ID metadata document it names and treats its client as a public one (docs/client-metadata.md).',
+  }),
+  allow: Type.Array(ClientMetadataAllowSchema, {
+    default: [],
+    description: 'The documents accepted, beside those the operator allows through the admin API; nothing else is ever fetched.',
+  }),
+  fetchTimeoutMs: Milliseconds(
+    5_000,
+    'Time a document has to arrive whole (connection, answer and body); past it the fetch is cut and the sign-in refused.',
+    100,
+  ),
+  maxDocumentBytes: Type.Integer({ minimum: 512, default: 5_120, description: 'Largest document read; a larger one is cut off and refused.' }),
+  maxConcurrentFetches: Type.Integer({
+    minimum: 1,
+    default: 16,
+    description: 'Most documents one process fetches at once; a sign-in that would need one more is refused (503) rather than queued.',
+  }),
+  minCacheSeconds: Seconds(60, 'Shortest time a fetched document is kept (shared by every sidecar through the store), whatever its caching headers say.', 1),
+  maxCacheSeconds: Seconds(3_600, 'Longest time a fetched document is kept before it is fetched again, whatever its caching headers say.', 1),
+  allowPrivateNetworks: Type.Array(Type.String(), {
+    default: [],
+    description:
+      'Networks (CIDR, e.g. `10.20.0.0/16`) a document host may resolve to although they are private, loopback or link-local: for tests and private deployments only. Empty: only public addresses.',
+  }),
+  caFile: Type.String({
+    default: '',
+    description: "A PEM file of the certificate authorities to trust for documents instead of the system's (a private deployment's own CA, tests).",
+  }),
+  nameServers: Type.Array(Type.String(), {
+    default: [],
+    description: "DNS servers (`host:port`) that resolve document hosts instead of the system's resolver (a split-horizon deployment, tests).",
+  }),
+});
+
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
@@ -359,6 +419,7 @@ export const ConfigSchema = Type.Object(
     gateway: GatewaySchema,
     decisions: DecisionsSchema,
     dpop: DpopSchema,
+    clientMetadataDocuments: ClientMetadataDocumentsSchema,
     resources: Type.Array(ResourceSchema, {
       default: [],
       description:
@@ -386,3 +447,5 @@ export type LoggingConfig = Static<typeof LoggingSchema>;
 export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;
+export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
+export type ClientMetadataAllowConfig = Static<typeof ClientMetadataAllowSchema>;

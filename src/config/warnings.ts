@@ -7,7 +7,9 @@ import { isLoopback } from './load.js';
  * can make them right) but usually a mistake. `tokengate check` prints them, `serve` logs them.
  */
 export function configWarnings(config: Readonly<Config>, heapLimitBytes = getHeapStatistics().heap_size_limit): string[] {
-  return [issuerPortWarning(config), cacheHeapWarning(config, heapLimitBytes)].filter((warning): warning is string => warning !== null);
+  return [issuerPortWarning(config), cacheHeapWarning(config, heapLimitBytes), privateDocumentNetworksWarning(config)].filter(
+    (warning): warning is string => warning !== null,
+  );
 }
 
 /** Heap a started tokengate holds before it caches anything (measured: about 21 MB), with room to spare. */
@@ -43,4 +45,11 @@ function issuerPortWarning({ issuer, server }: Readonly<Config>): string | null 
   const port = url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
   if (port === server.port) return null;
   return `issuer.issuerUrl (${issuer.issuerUrl}) names port ${port} on this machine, but the public listener is on port ${server.port} (server.port): clients following the metadata miss tokengate unless something forwards port ${port} to it. Leave issuer.issuerUrl unset to derive it from the listener.`;
+}
+
+/** Documents allowed from private networks: right for tests and a private deployment, a server-side request forgery risk anywhere else. */
+function privateDocumentNetworksWarning({ clientMetadataDocuments }: Readonly<Config>): string | null {
+  const networks = clientMetadataDocuments.allowPrivateNetworks;
+  if (!clientMetadataDocuments.enabled || networks.length === 0) return null;
+  return `clientMetadataDocuments.allowPrivateNetworks lets client metadata documents be fetched from ${networks.join(', ')}: any host on the allow list that resolves there is fetched from, so keep it to tests and private deployments, and never list a network with services that trust requests from tokengate.`;
 }

@@ -1,9 +1,10 @@
 import type { FastifyRequest } from 'fastify';
 import { TokengateError } from '../errors.js';
 import { decodeFormComponent } from '../http/form.js';
-import type { ApplicationRecord, Store } from '../store/store.js';
+import type { ApplicationRecord } from '../store/store.js';
 import { constantTimeEqual } from '../token/constant-time.js';
 import { tokenDigest } from '../token/token-value.js';
+import type { FindClient } from './clients.js';
 import type { OAuthParameters } from './oauth-request.js';
 
 /**
@@ -41,7 +42,7 @@ export interface ClientAuthOptions {
 export async function authenticateClient(
   request: FastifyRequest,
   parameters: OAuthParameters,
-  store: Store,
+  findClient: FindClient,
   options: ClientAuthOptions,
 ): Promise<AuthenticatedClient> {
   const presented = presentedCredentials(request.headers.authorization, parameters);
@@ -51,9 +52,7 @@ export async function authenticateClient(
       detail: 'no client credentials',
     });
   }
-  const application = await store.getApplication(presented.clientId);
-  // The unknown value is not logged: a client that swapped its parameters would log its secret.
-  if (application === null) throw new TokengateError('INVALID_CLIENT', { detail: 'unknown client_id' });
+  const application = await findClientOrRefuse(findClient, presented.clientId);
 
   if (presented.secret === undefined) {
     if (application.confidential) {
@@ -76,6 +75,25 @@ export async function authenticateClient(
     throw new TokengateError('INVALID_CLIENT', { detail: `wrong client secret for ${application.clientId}` });
   }
   return { application };
+}
+
+/**
+ * The client, or invalid_client: an unknown id, and a metadata document URL the operator's list
+ * does not allow or whose document cannot be used (said in the description: fail closed).
+ */
+async function findClientOrRefuse(findClient: FindClient, clientId: string): Promise<ApplicationRecord> {
+  let application: ApplicationRecord | null;
+  try {
+    application = await findClient(clientId);
+  } catch (error) {
+    if (error instanceof TokengateError && (error.code === 'CLIENT_NOT_ALLOWED' || error.code === 'CLIENT_METADATA_UNUSABLE')) {
+      throw new TokengateError('INVALID_CLIENT', { description: error.description, detail: error.detail });
+    }
+    throw error;
+  }
+  // The unknown value is not logged: a client that swapped its parameters would log its secret.
+  if (application === null) throw new TokengateError('INVALID_CLIENT', { detail: 'unknown client_id' });
+  return application;
 }
 
 /**

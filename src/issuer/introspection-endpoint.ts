@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { formatScope } from '../token/scope.js';
+import { clientFinder } from './clients.js';
 import { authenticateClient } from './client-auth.js';
 import { findToken, type FoundToken } from './find-token.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
@@ -30,9 +31,10 @@ const INACTIVE: IntrospectionResponse = { active: false };
  * also make every registered client an oracle for its user and scopes.
  */
 export function registerIntrospectionEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  const findClient = clientFinder(context);
   scope.post(INTROSPECTION_ENDPOINT_PATH, backChannelRouteOptions(context.config), async function introspectionEndpoint(request) {
     const parameters = rejectRepeatedParameters(parseBody(request));
-    const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: false });
+    const client = await authenticateClient(request, parameters, findClient, { allowPublicClients: false });
     const token = requireParameter(parameters, 'token');
     const found = await findToken(context, token, parameters.token_type_hint);
     if (found === null || found.record.clientId !== client.application.clientId) return INACTIVE;

@@ -38,5 +38,7 @@ export function authorizationServerMetadata(context: TokengateContext) {
     introspection_endpoint_auth_methods_supported: secretMethods,
     scopes_supported: [...context.config.issuer.scopes],
     dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGORITHMS],
+    // A client_id may be the URL of the client's metadata document, when the operator's list allows it.
+    ...(context.config.clientMetadataDocuments.enabled ? { client_id_metadata_document_supported: true } : {}),
   };
 }

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { clientFinder } from './clients.js';
 import { authenticateClient } from './client-auth.js';
 import { findToken, type FoundToken } from './find-token.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter } from './oauth-request.js';
@@ -11,9 +12,10 @@ export const REVOCATION_ENDPOINT_PATH = '/oauth/revoke';
  * was revoked: unknown, expired and already revoked tokens included (section 2.2).
  */
 export function registerRevocationEndpoint(scope: FastifyInstance, context: TokengateContext): void {
+  const findClient = clientFinder(context);
   scope.post(REVOCATION_ENDPOINT_PATH, backChannelRouteOptions(context.config), async function revocationEndpoint(request, reply) {
     const parameters = rejectRepeatedParameters(parseBody(request));
-    const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
+    const client = await authenticateClient(request, parameters, findClient, { allowPublicClients: true });
     const token = requireParameter(parameters, 'token');
     const found = await findToken(context, token, parameters.token_type_hint);
     // A token of another client is not revoked, and the answer is the same 200, so that the

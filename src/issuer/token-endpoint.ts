@@ -5,6 +5,7 @@ import { toTokengateError } from '../errors.js';
 import { TokengateError } from '../errors.js';
 import { readResourceParameter } from '../resource/audience.js';
 import { parseScope } from '../token/scope.js';
+import { clientFinder } from './clients.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
@@ -18,6 +19,7 @@ export const TOKEN_ENDPOINT_PATH = '/oauth/token';
  */
 export function registerTokenEndpoint(scope: FastifyInstance, context: TokengateContext): void {
   const tokenEndpointUrl = `${context.config.issuer.issuerUrl.replace(/\/+$/, '')}${TOKEN_ENDPOINT_PATH}`;
+  const findClient = clientFinder(context);
   scope.post(
     TOKEN_ENDPOINT_PATH,
     {
@@ -31,7 +33,7 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       const { resource, ...body } = parseBody(request);
       const requestedResources = readResourceParameter(resource);
       const parameters = rejectRepeatedParameters(body);
-      const client = await authenticateClient(request, parameters, context.store, { allowPublicClients: true });
+      const client = await authenticateClient(request, parameters, findClient, { allowPublicClients: true });
       const grantType = supportedGrantType(parameters);
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);

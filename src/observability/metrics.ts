@@ -62,6 +62,12 @@ export function createMetrics() {
       labelNames: ['policy', 'result'] as const,
       registers,
     }),
+    clientMetadataFetches: new Counter({
+      name: 'tokengate_client_metadata_fetches_total',
+      help: 'Client ID metadata documents fetched, by result: fetched, or why not (forbidden_address, unreachable, timeout, redirect, status, not_json, too_large, invalid, busy). No URL is a label: the set stays bounded.',
+      labelNames: ['result'] as const,
+      registers,
+    }),
     configInfo: new Gauge({
       name: 'tokengate_config_info',
       help: 'Always 1; its hash label identifies the config in effect (secrets left out).',

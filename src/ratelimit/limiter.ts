@@ -3,7 +3,6 @@ import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { Denial } from '../gateway/denials.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { Store } from '../store/store.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { Bucket, type Refusal } from './bucket.js';
 import type { LeaseSource } from './leases.js';
@@ -60,7 +59,8 @@ export class RateLimiter {
   constructor(
     config: Pick<Config, 'rateLimits'>,
     private readonly source: LeaseSource,
-    private readonly store: () => Store,
+    /** An application's tier (a policy name), or null for its routes' own policies; rejects when the store does not answer. */
+    private readonly tierOf: (clientId: string) => Promise<string | null>,
     private readonly metrics: Metrics,
     private readonly log: Logger,
   ) {
@@ -192,7 +192,7 @@ export class RateLimiter {
   private async readTier(clientId: string): Promise<void> {
     let policy: string | null;
     try {
-      policy = (await this.store().getApplication(clientId))?.rateLimit ?? null;
+      policy = await this.tierOf(clientId);
     } catch {
       // The store is away: a tier read before stays; a new application has its routes' policies until the next refresh.
       if (!this.tiers.has(clientId)) this.tiers.set(clientId, { policy: null, seenAt: Date.now() });

@@ -4,15 +4,27 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TokengateContext } from '../../context.js';
 import { ERRORS, noteFailure, TokengateError, toTokengateError } from '../../errors.js';
-import type { AuthorizationCodeRecord } from '../../store/store.js';
+import { isMetadataClient } from '../../client-metadata/client-id.js';
+import type { ApplicationRecord, AuthorizationCodeRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { audienceOf } from '../issue-tokens.js';
+import { clientFinder } from '../clients.js';
 import { createUserSource } from '../users.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
 import { Sessions, csrfTokenMatches, type PendingAuthorization, type Session } from './session.js';
-import { consentPage, contentSecurityPolicy, errorPage, loginPage, renderDocument, type LoginProblem, type Page, type Site } from './views.js';
+import {
+  consentPage,
+  contentSecurityPolicy,
+  errorPage,
+  loginPage,
+  renderDocument,
+  type DocumentClient,
+  type LoginProblem,
+  type Page,
+  type Site,
+} from './views.js';
 
 /**
  * GET /oauth/authorize and the forms it shows:
@@ -59,6 +71,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
   const throttle = new LoginThrottle(store, issuer.loginThrottle);
+  const findClient = clientFinder(context);
   const issuerUrl = new URL(issuer.issuerUrl);
   const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
 
@@ -69,7 +82,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       .header('content-security-policy', contentSecurityPolicy(page.formTargets))
       .send(renderDocument(page, site));
 
-  const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, store, issuer, resourceRegistry(context.config));
+  const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, findClient, issuer, resourceRegistry(context.config));
 
   const formState = (session: Session, pending: PendingAuthorization) => ({ csrfToken: session.data.csrfToken, requestId: pending.id });
 
@@ -79,6 +92,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       ? loginPage({ applicationName: authorization.application.name, form: formState(session, pending) })
       : consentPage({
           applicationName: authorization.application.name,
+          ...documentClientOf(authorization.application),
           serviceName: issuer.serviceName,
           email: session.data.email,
           scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
@@ -210,6 +224,12 @@ function createAuthorizationEndpoint(context: TokengateContext) {
     await store.saveAuthorizationCode(tokenDigest(code), record);
     return code;
   }
+}
+
+/** A metadata document client's identity for its consent page; nothing for a registered application. */
+function documentClientOf(application: ApplicationRecord): { documentClient?: DocumentClient } {
+  if (!isMetadataClient(application)) return {};
+  return { documentClient: { url: application.clientId, host: application.metadataDocument.host, clientName: application.metadataDocument.clientName } };
 }
 
 /** A form field's single value; a missing or repeated field is undefined. */

@@ -1,9 +1,11 @@
 import type { IssuerConfig } from '../../config/schema.js';
 import { TokengateError } from '../../errors.js';
-import type { ApplicationRecord, Store } from '../../store/store.js';
+import { isMetadataClient, isMetadataClientId } from '../../client-metadata/client-id.js';
+import type { ApplicationRecord } from '../../store/store.js';
 import { grantAudience } from '../../resource/audience.js';
 import type { ResourceRegistry } from '../../resource/registry.js';
 import { resolveScopes } from '../../token/scope.js';
+import type { FindClient } from '../clients.js';
 
 /**
  * The authorization request (RFC 6749 4.1.1 with PKCE, RFC 7636), checked in the order RFC 6749
@@ -59,12 +61,12 @@ type IssuerSettings = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
 export async function validateAuthorizationRequest(
   query: unknown,
-  store: Store,
+  findClient: FindClient,
   issuer: IssuerSettings,
   resources: ResourceRegistry,
 ): Promise<AuthorizationRequest> {
   const { parameters, repeated } = readParameters(query);
-  const application = await registeredApplication(store, parameters.client_id, repeated);
+  const application = await registeredApplication(findClient, parameters.client_id, repeated);
   const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated);
   refuseRepeatedParameters(repeated);
 
@@ -115,10 +117,16 @@ function readParameters(query: unknown): { parameters: AuthorizationParameters; 
   return { parameters, repeated };
 }
 
-async function registeredApplication(store: Store, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
+/**
+ * The application, or a page: an unknown client_id, and a metadata document URL the operator's
+ * list does not allow or whose document cannot be used (CLIENT_NOT_ALLOWED and
+ * CLIENT_METADATA_UNUSABLE from the finder, which say which).
+ */
+async function registeredApplication(findClient: FindClient, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
   if (repeated.includes('client_id')) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id repeated' });
   if (clientId === undefined) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id missing' });
-  const application = clientId.length <= MAX_CLIENT_ID_LENGTH ? await store.getApplication(clientId) : null;
+  // A metadata document URL may be longer: its own checks bound it.
+  const application = clientId.length <= MAX_CLIENT_ID_LENGTH || isMetadataClientId(clientId) ? await findClient(clientId) : null;
   if (application === null) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id unknown' });
   return application;
 }
@@ -127,8 +135,16 @@ async function registeredApplication(store: Store, clientId: string | undefined,
 function registeredRedirectUri(application: ApplicationRecord, redirectUri: string | undefined, repeated: ParameterName[]): string {
   if (repeated.includes('redirect_uri')) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri repeated' });
   if (redirectUri === undefined) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri missing' });
-  if (!application.redirectUris.includes(redirectUri))
-    throw new TokengateError('INVALID_REDIRECT_URI', { detail: `redirect_uri not registered for ${application.clientId}` });
+  if (!application.redirectUris.includes(redirectUri)) {
+    throw new TokengateError('INVALID_REDIRECT_URI', {
+      ...(isMetadataClient(application)
+        ? {
+            description: `The application gave a redirect_uri that its own metadata document (${application.clientId}) does not list, so you cannot be sent back to it.`,
+          }
+        : {}),
+      detail: `redirect_uri not registered for ${application.clientId}`,
+    });
+  }
   return redirectUri;
 }
 

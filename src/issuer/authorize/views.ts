@@ -65,6 +65,7 @@ input:focus-visible{outline-offset:0}
 .scopes li::before{content:"";position:absolute;left:4px;top:17px;width:10px;height:6px;border-left:2px solid var(--accent);border-bottom:2px solid var(--accent);transform:rotate(-45deg)}
 .note,.muted{color:var(--muted);font-size:.92rem}
 .note{margin:16px 0 0}
+.client-origin{margin:12px 0 0;padding:10px 12px;border-radius:8px;border:1px solid var(--line);font-size:.95rem;overflow-wrap:anywhere}
 .error-icon{width:44px;height:44px;border-radius:50%;display:flex;align-items:center;justify-content:center;background:var(--danger-bg);color:var(--danger);font-weight:700;font-size:1.3rem;margin-bottom:16px}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
 .foot{margin-top:20px;text-align:center;color:var(--muted);font-size:.85rem}
@@ -165,8 +166,18 @@ ${field('password', 'Password', { type: 'password', autocomplete: 'current-passw
   };
 }
 
+/** A client described by a metadata document: shown by its host first, the name it gives itself only after. */
+export interface DocumentClient {
+  /** Its client id, the document's URL. */
+  url: string;
+  host: string;
+  clientName: string | null;
+}
+
 export function consentPage(input: {
   applicationName: string;
+  /** Set for a client a metadata document describes: its page says where its description came from. */
+  documentClient?: DocumentClient;
   serviceName: string;
   email: string | null;
   scopes: string[];
@@ -186,7 +197,7 @@ export function consentPage(input: {
 <h1 id="title"><strong>${name}</strong> wants to access your ${input.serviceName} account</h1>
 <div class="account"><span>Signed in as <strong>${input.email ?? 'you'}</strong></span>
 <form method="post" action="/oauth/authorize/switch-account">${formState(input.form)}<button class="link" type="submit">Use another account</button></form></div>
-<h2>This will allow ${name} to:</h2>
+${input.documentClient === undefined ? '' : documentClientNote(input.documentClient)}<h2>This will allow ${name} to:</h2>
 <ul class="scopes">
 ${input.scopes.map((scope) => html`<li>${scope}</li>\n`)}</ul>
 ${input.resources.length === 0 ? '' : html`<p class="note">Only at ${input.resources.map((resource, index) => html`${index === 0 ? '' : ', '}<strong>${resourceLabel(resource)}</strong>`)}.</p>\n`}<p class="note">After you choose, you will be sent back to <strong>${target.host || target.protocol}</strong>. Approve only if you trust ${name}.</p>
@@ -198,6 +209,16 @@ ${formState(input.form)}
   };
 }
 
+/**
+ * Where a document client's description comes from. Its host is what the person can trust (the
+ * operator allowed it; the document was fetched from it over https); its own name is a claim,
+ * shown in quotes after the host, never in its place.
+ */
+function documentClientNote(client: DocumentClient): SafeHtml {
+  return html`<p class="client-origin">Not registered with this service: it identifies itself by its address <strong>${client.url}</strong>${client.clientName === null ? '' : html`, and calls itself “${client.clientName}”`}. Approve only if you meant to connect <strong>${client.host}</strong>.</p>
+`;
+}
+
 /** A resource identifier as a person reads it: host and path, the scheme left out. */
 function resourceLabel(identifier: string): string {
   const url = new URL(identifier);
@@ -206,6 +227,8 @@ function resourceLabel(identifier: string): string {
 
 const ERROR_TITLES: Partial<Record<ErrorCode, string>> = {
   UNKNOWN_CLIENT: 'Unknown application',
+  CLIENT_NOT_ALLOWED: 'This application is not allowed',
+  CLIENT_METADATA_UNUSABLE: 'This application could not be verified',
   INVALID_REDIRECT_URI: 'This sign-in link is not valid',
   INVALID_REQUEST: 'This sign-in link is not valid',
   FORM_EXPIRED: 'This page has expired',
