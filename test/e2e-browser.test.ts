@@ -8,6 +8,7 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
 import { application, authorizePath, createUser } from './support/issuer.js';
 
 /**
@@ -30,6 +31,11 @@ const CHROMIUM_ARGS = [
 const EMAIL = 'fan@example.com';
 const PASSWORD = 'front row seats';
 const CLIENT_ID = 'e2e-tickets';
+
+/** What the size check below reads of the page's global. */
+interface PageGlobal {
+  getComputedStyle(element: unknown): { fontSize: string };
+}
 
 /** The application's side: a callback server on a free port that records what it receives. */
 interface Callback {
@@ -100,10 +106,26 @@ describe('authorization code flow in headless Chromium', () => {
   let callback: Callback;
   let browser: BrowserContext;
   let profile: string;
+  let ca: TestCa;
+  let documents: DocumentServer;
+  let dns: TestDns;
 
   beforeAll(async () => {
     callback = await startCallback();
-    issuer = await startTokengate('e2e-browser');
+    ca = createTestCa(['assistant.test']);
+    documents = await startDocumentServer(ca);
+    dns = await startTestDns({ 'assistant.test': ['127.0.0.1'] });
+    issuer = await startTokengate('e2e-browser', {
+      config: {
+        clientMetadataDocuments: {
+          enabled: true,
+          allow: [{ url: `https://assistant.test:${documents.port}` }],
+          caFile: ca.caFile,
+          nameServers: [dns.address],
+          allowPrivateNetworks: ['127.0.0.1/32'],
+        },
+      },
+    });
     await issuer.store.putApplication(
       application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }),
     );
@@ -124,6 +146,9 @@ describe('authorization code flow in headless Chromium', () => {
     await issuer?.close();
     callback?.server.closeAllConnections();
     await new Promise((resolve) => callback?.server.close(resolve));
+    await documents?.close();
+    await dns?.close();
+    ca?.remove();
   });
 
   it('signs in, consents and lands on the callback with a code and the state', async () => {
@@ -202,4 +227,58 @@ describe('authorization code flow in headless Chromium', () => {
       await new Promise((resolve) => framer.close(resolve));
     }
   }, 30_000);
+
+  it('names a client known by its metadata document by its host first, and waits for the person every time', async () => {
+    const clientId = `https://assistant.test:${documents.port}/client.json`;
+    const host = `assistant.test:${documents.port}`;
+    // The name a client gives itself is a claim: here, one that borrows the service's own.
+    documents.serveJson('/client.json', clientDocument(clientId, [callback.redirectUri], { client_name: 'Ticketing (official)' }));
+    const verifier = randomBytes(32).toString('base64url');
+    const url = `${issuer.baseUrl}${authorizePath({
+      client_id: clientId,
+      redirect_uri: callback.redirectUri,
+      response_type: 'code',
+      state: 'cimd',
+      code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+      code_challenge_method: 'S256',
+    })}`;
+    const received = callback.received.length;
+    // Signed out first: the sign-in page names the client too.
+    await browser.clearCookies();
+    const page = await browser.newPage();
+    await onPage(page, async () => {
+      await page.goto(url);
+      await expect.poll(() => page.locator('.lead').textContent()).toBe(`to continue to ${host}`);
+      await page.getByLabel('E-mail address').fill(EMAIL);
+      await page.getByLabel('Password').fill(PASSWORD);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      const heading = page.getByRole('heading', { level: 1 });
+      await expect.poll(() => heading.textContent()).toBe(`${host} wants to access your Ticketing account`);
+      // The host is the heading, in the page's largest type; the claimed name only in the note below, in quotes.
+      // Runs in the page, whose global has the DOM's getComputedStyle (this project's types have no DOM).
+      const size = (selector: string) =>
+        page
+          .locator(selector)
+          .first()
+          .evaluate((element) => parseFloat((globalThis as unknown as PageGlobal).getComputedStyle(element).fontSize));
+      expect(await size('h1 strong')).toBeGreaterThan(await size('.client-origin'));
+      expect(await page.locator('.client-origin').textContent()).toContain(`calls itself “Ticketing (official)”`);
+      expect(await page.locator('.client-origin').textContent()).toContain(clientId);
+
+      // Left alone, the page does nothing: no redirect, no code.
+      await page.waitForTimeout(1_000);
+      expect(page.url()).toContain('/oauth/authorize');
+      expect(callback.received).toHaveLength(received);
+
+      await Promise.all([page.waitForURL((target) => target.href.startsWith(callback.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
+      expect(callback.received).toHaveLength(received + 1);
+
+      // Signed in and approved once: asked again, the person sees the consent page again, not a redirect.
+      await page.goto(url);
+      await expect.poll(() => heading.textContent()).toBe(`${host} wants to access your Ticketing account`);
+      await page.waitForTimeout(500);
+      expect(page.url()).toContain('/oauth/authorize');
+      expect(callback.received).toHaveLength(received + 1);
+    });
+  }, 60_000);
 });
