@@ -293,7 +293,7 @@ export const ClientMetadataDocumentsSchema = closed({
   maxConcurrentFetches: Type.Integer({
     minimum: 1,
     default: 16,
-    description: 'Most documents one process fetches at once; a sign-in that would need one more is refused (503) rather than queued.',
+    description: 'Most documents one process fetches at once; a sign-in that would need one more gets the error page rather than waiting in a queue.',
   }),
   minCacheSeconds: Seconds(60, 'Shortest time a fetched document is kept (shared by every sidecar through the store), whatever its caching headers say.', 1),
   maxCacheSeconds: Seconds(3_600, 'Longest time a fetched document is kept before it is fetched again, whatever its caching headers say.', 1),
@@ -308,7 +308,8 @@ export const ClientMetadataDocumentsSchema = closed({
   }),
   nameServers: Type.Array(Type.String(), {
     default: [],
-    description: "DNS servers (`host:port`) that resolve document hosts instead of the system's resolver (a split-horizon deployment, tests).",
+    description:
+      "DNS servers (an IP address, with `:port` when not 53) that resolve document hosts instead of the system's resolver (a split-horizon deployment, tests).",
   }),
 });
 
