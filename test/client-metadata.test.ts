@@ -2,12 +2,21 @@ import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { s256CodeChallenge } from '../src/issuer/pkce.js';
 import { tokenDigest } from '../src/token/token-value.js';
-import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
+import {
+  authorizationPage,
+  authorizeFor,
+  clientDocument,
+  createTestCa,
+  startDocumentServer,
+  startTestDns,
+  type DocumentServer,
+  type TestCa,
+  type TestDns,
+} from './support/client-metadata.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { postForm, startTokengate, type RunningTokengate } from './support/instance.js';
-import { FormClient, authorizePath, createUser, formFields, type PageResponse } from './support/issuer.js';
+import { FormClient, createUser, formFields, type PageResponse } from './support/issuer.js';
 
 /**
  * Client ID metadata documents against real parts: documents served over https by a server on
@@ -107,23 +116,6 @@ async function signIn(running: RunningTokengate, clientId: string, redirectUri: 
   const location = new URL(approved.location!);
   expect(`${location.origin}${location.pathname}`).toBe(redirectUri);
   return { verifier, consent, code: location.searchParams.get('code')! };
-}
-
-function authorizeFor(clientId: string, redirectUri: string, verifier = randomBytes(32).toString('base64url')): string {
-  return authorizePath({
-    client_id: clientId,
-    redirect_uri: redirectUri,
-    response_type: 'code',
-    state: 'xyz',
-    code_challenge: s256CodeChallenge(verifier),
-    code_challenge_method: 'S256',
-  });
-}
-
-/** What the authorization page answers for a client id: its status, title and text, and where it would send the browser. */
-async function authorizationPage(running: RunningTokengate, clientId: string, redirectUri = 'https://assistant.test/callback') {
-  const response = await new FormClient(running.baseUrl).get(authorizeFor(clientId, redirectUri));
-  return { status: response.status, location: response.location, title: /<h1 id="title">([^<]*)<\/h1>/.exec(response.text)?.[1], text: response.text };
 }
 
 /** A document the open instance serves at `path` of the allowed origin, listing `redirectUri`. */

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
@@ -6,6 +7,9 @@ import type { AddressInfo, Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import dns2 from 'dns2';
+import { s256CodeChallenge } from '../../src/issuer/pkce.js';
+import type { RunningTokengate } from './instance.js';
+import { FormClient, authorizePath } from './issuer.js';
 
 /**
  * What the client ID metadata tests run against: a test certificate authority made with
@@ -170,4 +174,22 @@ export function clientDocument(clientId: string, redirectUris: string[], extra: 
     token_endpoint_auth_method: 'none',
     ...extra,
   };
+}
+
+/** An authorization request of a public client with PKCE (S256). */
+export function authorizeFor(clientId: string, redirectUri: string, verifier = randomBytes(32).toString('base64url')): string {
+  return authorizePath({
+    client_id: clientId,
+    redirect_uri: redirectUri,
+    response_type: 'code',
+    state: 'xyz',
+    code_challenge: s256CodeChallenge(verifier),
+    code_challenge_method: 'S256',
+  });
+}
+
+/** What the authorization page answers for a client id: its status, title and text, and where it would send the browser. */
+export async function authorizationPage(running: RunningTokengate, clientId: string, redirectUri = 'https://assistant.test/callback') {
+  const response = await new FormClient(running.baseUrl).get(authorizeFor(clientId, redirectUri));
+  return { status: response.status, location: response.location, title: /<h1 id="title">([^<]*)<\/h1>/.exec(response.text)?.[1], text: response.text };
 }
