@@ -16,7 +16,7 @@ import {
 } from './support/client-metadata.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { postForm, startTokengate, type RunningTokengate } from './support/instance.js';
-import { FormClient, createUser, formFields, type PageResponse } from './support/issuer.js';
+import { FormClient, createUser, signInAndApprove, type PageResponse } from './support/issuer.js';
 
 /**
  * Client ID metadata documents against real parts: documents served over https by a server on
@@ -107,13 +107,7 @@ interface SignIn {
 async function signIn(running: RunningTokengate, clientId: string, redirectUri: string): Promise<SignIn> {
   const verifier = randomBytes(32).toString('base64url');
   const browser = new FormClient(running.baseUrl, { 'x-forwarded-for': `10.${randomBytes(3).join('.')}` });
-  const login = await browser.get(authorizeFor(clientId, redirectUri, verifier));
-  expect(login.status, login.text).toBe(200);
-  const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
-  const consent = await browser.follow(signedIn);
-  expect(consent.status).toBe(200);
-  const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-  const location = new URL(approved.location!);
+  const { consent, location } = await signInAndApprove(browser, authorizeFor(clientId, redirectUri, verifier), EMAIL, PASSWORD);
   expect(`${location.origin}${location.pathname}`).toBe(redirectUri);
   return { verifier, consent, code: location.searchParams.get('code')! };
 }

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
 import { closeServer, startUpstream, type Upstream } from './support/gateway.js';
 import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
-import { FormClient, createUser, formFields } from './support/issuer.js';
+import { FormClient, createUser, signInAndApprove } from './support/issuer.js';
 import { freePort } from './support/ports.js';
 
 /**
@@ -167,13 +167,7 @@ class SignedInUserProvider implements OAuthClientProvider {
   async redirectToAuthorization(url: URL) {
     this.authorizationUrls.push(url);
     const browser = new FormClient(url.origin, { 'x-forwarded-for': `10.${randomBytes(3).join('.')}` });
-    const login = await browser.get(url.pathname + url.search);
-    expect(login.status).toBe(200);
-    const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
-    const consent = await browser.follow(signedIn);
-    expect(consent.status).toBe(200);
-    const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-    const location = new URL(approved.location!);
+    const { location } = await signInAndApprove(browser, url.pathname + url.search, EMAIL, PASSWORD);
     expect(`${location.origin}${location.pathname}`).toBe(REDIRECT_URI);
     this.code = location.searchParams.get('code') ?? undefined;
   }

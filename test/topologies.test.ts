@@ -1,7 +1,5 @@
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../src/config/load.js';
@@ -9,6 +7,7 @@ import { openStore } from '../src/store/open-store.js';
 import { slotOf } from '../src/store/redis-feed.js';
 import type { Store } from '../src/store/store.js';
 import { tokenDigest } from '../src/token/token-value.js';
+import { createTestCa } from './support/client-metadata.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import {
   basicAuthorization,
@@ -377,28 +376,7 @@ describe('the revocation feed through a manual failover (the old master stays up
 
 describe('TLS', () => {
   it('reaches a Redis that speaks only TLS when store.tls.caFile names its CA, and says TLS failed when it does not', { timeout: 30_000 }, async () => {
-    const directory = mkdtempSync(join(tmpdir(), 'tokengate-tls-'));
-    const run = (args: string[]) => expect(spawnSync('openssl', args, { cwd: directory, encoding: 'utf8' }).status).toBe(0);
-    run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '1', '-subj', '/CN=tokengate test CA']);
-    run(['req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=127.0.0.1']);
-    writeFileSync(join(directory, 'extensions'), 'subjectAltName=IP:127.0.0.1\n');
-    run([
-      'x509',
-      '-req',
-      '-in',
-      'server.csr',
-      '-CA',
-      'ca.pem',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'server.pem',
-      '-days',
-      '1',
-      '-extfile',
-      'extensions',
-    ]);
+    const ca = createTestCa([]);
     const port = await freePort();
     const server = spawnRedisServer([
       '--port',
@@ -408,9 +386,9 @@ describe('TLS', () => {
       '--tls-port',
       String(port),
       '--tls-cert-file',
-      join(directory, 'server.pem'),
+      join(ca.dir, 'server.pem'),
       '--tls-key-file',
-      join(directory, 'server.key'),
+      join(ca.dir, 'server.key'),
       '--tls-auth-clients',
       'no',
       ...WITHOUT_PERSISTENCE,
@@ -423,7 +401,7 @@ describe('TLS', () => {
         {},
       ).store;
     try {
-      const store = await openStore(load(`  tls:\n    caFile: ${join(directory, 'ca.pem')}\n`));
+      const store = await openStore(load(`  tls:\n    caFile: ${ca.caFile}\n`));
       await store.saveSession('over-tls', { userId: 'u', createdAt: 1 }, 5_000);
       expect(await store.getSession('over-tls')).toEqual({ userId: 'u', createdAt: 1 });
       await store.close();
@@ -433,7 +411,7 @@ describe('TLS', () => {
     } finally {
       server.signal('SIGKILL');
       await server.exited;
-      rmSync(directory, { recursive: true, force: true });
+      ca.remove();
     }
   });
 });

@@ -13,7 +13,7 @@ import { FormClient, authorizePath } from './issuer.js';
 
 /**
  * What the client ID metadata tests run against: a test certificate authority made with
- * openssl, an https server on the loopback serving documents under it, and a DNS server that
+ * openssl (the TLS tests of the store use it too), an https server on the loopback serving documents under it, and a DNS server that
  * answers the names the tests choose with the addresses they choose (tokengate's fetcher is
  * pointed at it by `clientMetadataDocuments.nameServers`, so names resolve through the real
  * lookup path, the check included).
@@ -29,7 +29,7 @@ export interface TestCa {
   remove(): void;
 }
 
-/** A CA and one server certificate for `names` (DNS names) and 127.0.0.1, valid for a day. */
+/** A CA and one server certificate (`server.pem`, `server.key` in `dir`) for `names` (DNS names) and 127.0.0.1, valid for a day. */
 export function createTestCa(names: string[]): TestCa {
   const dir = mkdtempSync(join(tmpdir(), 'tokengate-cimd-ca-'));
   const file = (name: string) => join(dir, name);

@@ -76,6 +76,21 @@ export class FormClient {
   }
 }
 
+/**
+ * A person at the authorization page: opens `path` (an authorization request), signs in with
+ * `email` and `password`, and approves on the consent page. Returns the consent page and where
+ * the approval sends the browser (the application's redirect URI, with the code).
+ */
+export async function signInAndApprove(browser: FormClient, path: string, email: string, password: string): Promise<{ consent: PageResponse; location: URL }> {
+  const login = await browser.get(path);
+  if (login.status !== 200) throw new Error(`the authorization page answered ${login.status}: ${login.text.slice(0, 500)}`);
+  const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email, password });
+  const consent = await browser.follow(signedIn);
+  if (consent.status !== 200) throw new Error(`the consent page answered ${consent.status}`);
+  const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
+  return { consent, location: new URL(approved.location!) };
+}
+
 /** The value of a hidden input in a page. */
 export function hiddenField(html: string, name: string): string {
   const match = new RegExp(`<input type="hidden" name="${name}" value="([^"]*)">`).exec(html);
