@@ -3,6 +3,7 @@ import type { IssuerConfig } from '../config/schema.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { ROUTE_POLICY } from '../ratelimit/config-checks.js';
 import { isScopeToken } from '../token/scope.js';
+import { redirectUriProblem } from '../http/redirect-uri.js';
 
 /**
  * Input checks of the admin API. Each refusal is a 400 `invalid_request` whose description
@@ -29,10 +30,7 @@ export const MIN_PASSWORD_LENGTH = 8;
 /** scrypt's cost does not grow with the password, but there is no reason to accept a novel. */
 const MAX_PASSWORD_LENGTH = 1024;
 const MAX_NAME_LENGTH = 100;
-const MAX_URI_LENGTH = 2000;
-const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
-const CONTROL_OR_SPACE = /[\s\x00-\x1f\x7f]/;
 
 type IssuerScopes = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
@@ -133,27 +131,6 @@ export function readScopes(scopes: string[], issuer: IssuerScopes): string[] {
   if (unknown.length > 0)
     throw invalid(`scopes: unknown scope ${unknown.map((scope) => JSON.stringify(scope)).join(', ')} (this issuer knows: ${issuer.scopes.join(' ')})`);
   return [...new Set(scopes)];
-}
-
-/**
- * Redirect URIs are compared exactly at /oauth/authorize and /oauth/token, so they are checked
- * once here: absolute, https (or http on the loopback for development, RFC 8252 section 7.3), no
- * fragment (RFC 6749 section 3.1.2), no credentials, nothing a URL parser would silently strip.
- */
-export function redirectUriProblem(value: string): string | null {
-  if (value.length > MAX_URI_LENGTH) return `is longer than ${MAX_URI_LENGTH} characters`;
-  if (CONTROL_OR_SPACE.test(value)) return 'must not contain spaces or control characters';
-  let url: URL;
-  try {
-    url = new URL(value);
-  } catch {
-    return 'is not an absolute URL';
-  }
-  if (value.includes('#')) return 'must not contain a fragment';
-  if (url.username !== '' || url.password !== '') return 'must not contain credentials';
-  if (url.protocol === 'https:') return null;
-  if (url.protocol === 'http:' && LOOPBACK_HOSTS.has(url.hostname)) return null;
-  return 'must use https (http only on localhost, 127.0.0.1 or [::1])';
 }
 
 export function readUserInput(body: unknown): UserInput {

@@ -1,4 +1,4 @@
-import { redirectUriProblem } from '../admin/validate.js';
+import { redirectUriProblem } from '../http/redirect-uri.js';
 
 /**
  * What tokengate takes from a client ID metadata document, once it has checked it: the client it
