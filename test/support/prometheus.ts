@@ -117,6 +117,7 @@ export class TestPrometheus {
     private readonly directory: string,
     readonly url: string,
     private readonly output: () => string,
+    private readonly targetCount: number,
   ) {}
 
   /** Scrapes `targets` (host:port of ops listeners) as job `job` every second and evaluates `ruleFiles` every second. */
@@ -141,7 +142,7 @@ export class TestPrometheus {
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     for (const stream of [child.stdout!, child.stderr!]) stream.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const prometheus = new TestPrometheus(child, directory, `http://127.0.0.1:${port}`, () => output);
+    const prometheus = new TestPrometheus(child, directory, `http://127.0.0.1:${port}`, () => output, options.targets.length);
     try {
       await eventually(async () => {
         if (child.exitCode !== null) throw new Error(`prometheus exited (${child.exitCode}): ${output}`);
@@ -173,9 +174,23 @@ export class TestPrometheus {
     return (await this.api<{ alerts: PrometheusAlert[] }>('alerts')).alerts;
   }
 
-  /** The scrape targets and the health of their last scrape. */
-  async targets(): Promise<Array<{ scrapeUrl: string; health: string; lastError: string }>> {
-    return (await this.api<{ activeTargets: Array<{ scrapeUrl: string; health: string; lastError: string }> }>('targets')).activeTargets;
+  /** The scrape targets and the health and start of their last scrape. */
+  async targets(): Promise<Array<{ scrapeUrl: string; health: string; lastError: string; lastScrape: string }>> {
+    return (await this.api<{ activeTargets: Array<{ scrapeUrl: string; health: string; lastError: string; lastScrape: string }> }>('targets')).activeTargets;
+  }
+
+  /**
+   * Waits until every target has been scraped successfully by a scrape that started from now
+   * on. A counter's increase is seen only between two of its samples: what a test does between
+   * two calls is in Prometheus's data as an increase.
+   */
+  async nextScrape(): Promise<void> {
+    const since = Date.now();
+    // Prometheus takes its targets from its discovery a few seconds after it is ready.
+    await eventually(async () => {
+      const targets = await this.targets();
+      return targets.length === this.targetCount && targets.every((target) => target.health === 'up' && Date.parse(target.lastScrape) > since);
+    }, 15_000);
   }
 
   /** Loaded rule groups: their rules' names, health and last evaluation error. */
