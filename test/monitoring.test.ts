@@ -248,6 +248,38 @@ function asGrafanaSends(expr: string): string {
   return expr.replaceAll('$__rate_interval', '1m').replaceAll('"$job"', `"${JOB}"`).replaceAll('"$instance"', '".+"');
 }
 
+describe('the dashboard, as Grafana imports it', () => {
+  const dashboard = readDashboard();
+  const panels = dashboard.panels.filter((panel) => panel.type !== 'row');
+  const DATASOURCE = { type: 'prometheus', uid: '${datasource}' };
+
+  it('asks for its Prometheus data source, and reads every panel, query and variable through it', () => {
+    expect(dashboard.templating.list.find((variable) => variable.name === 'datasource')).toMatchObject({ type: 'datasource', query: 'prometheus' });
+    for (const panel of panels) {
+      expect(panel.datasource, panel.title).toEqual(DATASOURCE);
+      expect(panel.targets?.length, panel.title).toBeGreaterThan(0);
+      for (const target of panel.targets!) expect(target.datasource, panel.title).toEqual(DATASOURCE);
+    }
+    for (const variable of dashboard.templating.list.filter((each) => each.type === 'query')) expect(variable.datasource, variable.name).toEqual(DATASOURCE);
+  });
+
+  it('lays its panels on the 24-column grid without overlap, each with its own id', () => {
+    expect(new Set(dashboard.panels.map((panel) => panel.id)).size).toBe(dashboard.panels.length);
+    const cells = new Map<string, string>();
+    for (const panel of dashboard.panels) {
+      const { x, y, w, h } = panel.gridPos;
+      expect(x + w, panel.title).toBeLessThanOrEqual(24);
+      expect(Math.min(x, y, w - 1, h - 1), panel.title).toBeGreaterThanOrEqual(0);
+      for (let column = x; column < x + w; column += 1)
+        for (let row = y; row < y + h; row += 1) {
+          const cell = `${column},${row}`;
+          expect(cells.get(cell), `${panel.title} overlaps ${cells.get(cell)}`).toBeUndefined();
+          cells.set(cell, panel.title);
+        }
+    }
+  });
+});
+
 describe('what the dashboard and the rules read', () => {
   const dashboard = readDashboard();
   const queries = dashboardQueries(dashboard);
