@@ -19,10 +19,9 @@ import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
-import { MemoryLeases, RedisLeases } from './ratelimit/leases.js';
+import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
-import { RedisStore } from './store/redis.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
@@ -80,16 +79,15 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
-  const leases = store instanceof RedisStore ? new RedisLeases(store.client, store.keyPrefix) : new MemoryLeases();
   const context: TokengateContext = {
     config,
     store: cache ?? store,
     cache,
     minter: createTokenMinter(tagKeyBytes),
-    dpop: createDpop(config.dpop, store, tagKeyBytes),
+    dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
     metrics,
     log,
-    rateLimiter: new RateLimiter(config, leases, () => context.store, metrics, log),
+    rateLimiter: new RateLimiter(config, leasesFor(store.backend), () => context.store, metrics, log),
     requestLog: new RequestLog(config.logging.requests),
   };
   // Caches replaced by a reload, stopping (close() waits for them).
