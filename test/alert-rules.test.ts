@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { anchorsOf, readDocument, ROOT } from './support/markdown.js';
+import { anchorsOf, readDocument, ROOT, tableUnder } from './support/markdown.js';
 import { ALERT_RULES, ALERT_TESTS, alertRules, promtool, readRules, type AlertRule } from './support/prometheus.js';
 
 /**
@@ -73,6 +73,19 @@ describe('examples/prometheus/tokengate-alerts.yml', () => {
     // And the runbook has a section for every alert and for no other.
     const sections = [...readDocument(RUNBOOK).matchAll(/^### (Tokengate\w+)$/gm)].map((match) => match[1]!);
     expect(sections).toEqual(alertNames);
+  });
+
+  it('is summed up in the table of docs/alerts.md as it is: each alert, its severity and its for, in the order of the file', () => {
+    const rows = tableUnder(readDocument(RUNBOOK), '## Loading the rules').map((row) => {
+      const [, name, severity, , duration] = row.split('|').map((cell) => cell.trim());
+      return [/^\[(\w+)\]/.exec(name!)?.[1], severity, duration];
+    });
+    expect(rows).toEqual(
+      alertNames.map((alert) => {
+        const rule = rules.find((each) => each.alert === alert)!;
+        return [alert, rule.labels!.severity, rule.for];
+      }),
+    );
   });
 
   describe('its unit tests fail when an alert is weakened', () => {
