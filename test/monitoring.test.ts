@@ -341,7 +341,7 @@ describe('what the dashboard and the rules read', () => {
     expect(only(alerts, 'TokengateConfigReloadFailed').map((alert) => alert.labels.instance)).toEqual([opsTarget(cached)]);
     // Nothing is down, and the tokengate without a cache (its feed gauge 0 from the start) does not count as deaf to revocations.
     for (const name of ['TokengateDown', 'TokengateStoreDown', 'TokengateRevocationFeedDown']) expect(only(alerts, name), name).toEqual([]);
-  });
+  }, 30_000);
 });
 
 function only(alerts: PrometheusAlert[], name: string): PrometheusAlert[] {
