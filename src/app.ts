@@ -101,6 +101,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   let hash = configHash(config);
   metrics.configInfo.set({ hash }, 1);
   for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
+  metrics.configLastReloadSuccessful.set(1);
 
   const publicLimits = createListenerGuard(
     'public',
@@ -186,6 +187,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     const loaded = closed ? { problems: [{ path: '', message: 'tokengate is shutting down' }] } : loadForReload(load, running);
     if (!('config' in loaded)) {
       metrics.configReloads.inc({ result: 'failure' });
+      metrics.configLastReloadSuccessful.set(0);
       log.error({ file: loaded.file, problems: loaded.problems }, 'config reload failed: the running config stays');
       return { result: 'failure', problems: loaded.problems, applied: [], restartRequired: [], hash };
     }
@@ -217,6 +219,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       metrics.configInfo.set({ hash }, 1);
     }
     metrics.configReloads.inc({ result: 'success' });
+    metrics.configLastReloadSuccessful.set(1);
     log.info({ hash, applied, routes: effective.routes.length }, applied.length > 0 ? 'config reloaded' : 'config reloaded: nothing to apply');
     if (restartRequired.length > 0) {
       log.warn({ keys: restartRequired }, 'config keys changed that take effect only on restart; they keep their running values');

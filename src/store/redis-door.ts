@@ -1,4 +1,4 @@
-import type { Cluster, RedisOptions } from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { Argument, ChannelHandlers, RedisDoor, ScriptDefinition } from './backend.js';
 import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
 import { ReplicaCounts, masterFor } from './redis-replicas.js';
@@ -66,7 +66,10 @@ export class IoredisDoor implements RedisDoor {
   }
 
   read<T>(command: string, ...args: Argument[]): Promise<T> {
-    return this.run(() => this.send<T>(this.redis, command, args));
+    return this.run(
+      () => this.send<T>(this.redis, command, args),
+      (importing) => this.sendAsking<T>(importing.connection, command, args),
+    );
   }
 
   /**
@@ -76,8 +79,13 @@ export class IoredisDoor implements RedisDoor {
    * write that never arrived: the caller never relies on it.
    */
   write<T>(command: string, ...args: Argument[]): Promise<T> {
-    if (this.replicaCounts === null) return this.run(() => this.send<T>(this.redis, command, args));
-    return this.run(() => this.confirmedWrite<T>(this.replicaCounts!, command, args), this.writer);
+    const counts = this.replicaCounts;
+    if (counts === null) return this.read<T>(command, ...args);
+    return this.run(
+      () => this.confirmedWrite<T>(counts, command, args),
+      (importing) => this.confirmedWrite<T>(counts, command, args, importing),
+      this.writer,
+    );
   }
 
   /**
@@ -86,7 +94,10 @@ export class IoredisDoor implements RedisDoor {
    */
   async publish(channel: string, message: string): Promise<void> {
     const redis = this.redis;
-    await this.run(() => (isCluster(redis) ? redis.spublish(channel, message) : redis.publish(channel, message)));
+    await this.run(
+      () => (isCluster(redis) ? redis.spublish(channel, message) : redis.publish(channel, message)),
+      (importing) => this.sendAsking(importing.connection, 'spublish', [channel, message]),
+    );
   }
 
   async subscribe(channel: string, handlers: ChannelHandlers): Promise<() => Promise<void>> {
@@ -128,7 +139,7 @@ export class IoredisDoor implements RedisDoor {
   }
 
   async ping(): Promise<void> {
-    await this.run(() => Promise.all(this.clients().map((client) => client.ping())));
+    await this.run(() => Promise.all(this.clients().map((client) => client.ping())), notRedirected);
   }
 
   async pingEveryMaster(): Promise<void> {
@@ -137,7 +148,7 @@ export class IoredisDoor implements RedisDoor {
     if (redis.status !== 'ready') throw new StoreUnavailableError('the cluster client is not connected');
     const masters = redis.nodes('master');
     if (masters.length === 0) throw new StoreUnavailableError('no cluster master is known');
-    await this.run(() => Promise.all(masters.map((master) => master.ping())));
+    await this.run(() => Promise.all(masters.map((master) => master.ping())), notRedirected);
   }
 
   async close(): Promise<void> {
@@ -224,25 +235,27 @@ export class IoredisDoor implements RedisDoor {
    * from the same master: the answer that decides. A replica that came into sync meanwhile may
    * have missed the write, so it is waited for too before the write counts.
    */
-  private async confirmedWrite<T>(counts: ReplicaCounts, command: string, args: Argument[]): Promise<T> {
+  private async confirmedWrite<T>(counts: ReplicaCounts, command: string, args: Argument[], importing?: ClusterNode): Promise<T> {
     const timeout = this.options.commandTimeoutMs;
     const key = this.firstKey(command, args);
-    const master = masterFor(this.writer, key);
+    const master = importing ?? masterFor(this.writer, key);
     let required = master === null ? undefined : counts.required(master.address);
     if (master !== null && required === undefined) required = counts.observe(master.address, await master.connection.info('replication'));
     required ??= this.options.waitForReplicas;
-    const pipeline = this.writer.pipeline() as unknown as PipelineBuilder;
+    const pipeline = (importing === undefined ? this.writer.pipeline() : this.withScripts(importing.connection).pipeline()) as unknown as PipelineBuilder;
+    if (importing !== undefined) pipeline.asking!();
     pipeline[command]!(...args);
     pipeline.wait!(required, timeout);
     pipeline.info!('replication');
     const results = await pipeline.exec();
     if (results === null) throw new Error('the write was discarded');
+    if (importing !== undefined) results.shift();
     const [[writeError, value], [waitError, waited], [infoError, info]] = results as [[Error | null, T], [Error | null, number], [Error | null, string]];
     if (writeError !== null) throw writeError;
     if (waitError !== null) throw waitError;
     if (infoError !== null) throw infoError;
     // The master that answered, whichever the client sent it to.
-    const answered = masterFor(this.writer, key);
+    const answered = importing ?? masterFor(this.writer, key);
     const needed = counts.observe(answered?.address ?? '', info);
     let acknowledged = waited;
     if (acknowledged < needed && waited >= required && answered !== null) acknowledged = await answered.connection.wait(needed, timeout);
@@ -257,6 +270,37 @@ export class IoredisDoor implements RedisDoor {
     return typeof key === 'string' ? key : undefined;
   }
 
+  /** A command the importing master of a migrating slot must take: ASKING first, on the same connection, in one round trip. */
+  private async sendAsking<T>(node: Redis, command: string, args: Argument[]): Promise<T> {
+    const pipeline = this.withScripts(node).pipeline() as unknown as PipelineBuilder;
+    pipeline.asking!();
+    pipeline[command]!(...args);
+    const results = await pipeline.exec();
+    if (results === null) throw new Error('the command was discarded');
+    const [error, value] = results[1]!;
+    if (error !== null) throw error;
+    return value as T;
+  }
+
+  /** A Cluster's connection to one node, with the scripts defined on it as on the Cluster client. */
+  private withScripts(node: Redis): Redis {
+    for (const [name, script] of this.scripts) if (typeof (node as unknown as CommandSender)[name] !== 'function') node.defineCommand(name, script);
+    return node;
+  }
+
+  /**
+   * The master named by an ASK answer (`ASK <slot> <host:port>`), as the client reaches it (its
+   * NAT map applied), among the masters it is connected to.
+   */
+  private importingMaster(cluster: Cluster, answer: string): ClusterNode | null {
+    const announced = answer.split(' ')[2];
+    if (announced === undefined) return null;
+    const mapped = (cluster as unknown as { natMapper(key: string): { host: string; port: number } }).natMapper(announced);
+    const address = `${mapped.host}:${mapped.port}`;
+    const connection = cluster.nodes('master').find((node) => `${node.options.host}:${node.options.port}` === address);
+    return connection === undefined ? null : { address, connection };
+  }
+
   private send<T>(client: RedisClient, command: string, args: Argument[]): Promise<T> {
     const sender = (client as unknown as CommandSender)[command];
     if (sender === undefined) throw new Error(`no Redis command or script is named ${command}`);
@@ -265,26 +309,44 @@ export class IoredisDoor implements RedisDoor {
 
   /**
    * Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401.
-   * On a Cluster, a command that meets a slot's new owner (MOVED) in an auto-pipelined batch is
-   * handed back by ioredis rather than redirected (so is a write followed by WAIT, which the
-   * old master, a replica now, refuses); it was not executed, so it is sent once more after the
-   * client that sent it has read the slot map again.
+   * On a Cluster, ioredis hands a redirection back rather than follow it when the command was
+   * sent in a batch with others (an auto-pipelined batch, a write followed by WAIT) and not
+   * every command of the batch met it. Either way the command was not executed, so:
+   * - MOVED (the slot has a new owner; or the old master, a replica now, refused a write): sent
+   *   once more after the client that sent it has read the slot map again;
+   * - ASK (the slot is migrating and the key already moved): sent to the importing master with
+   *   ASKING before it (`asked`), with a confirmed write's replica wait on that master.
    */
-  private async run<T>(command: () => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
+  private async run<T>(command: () => Promise<T>, asked: (importing: ClusterNode) => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
     try {
       return await command();
     } catch (error) {
-      if (isCluster(redis) && /^MOVED /.test((error as Error).message ?? '')) {
-        await new Promise<void>((resolve) => redis.refreshSlotsCache(() => resolve()));
-        try {
+      const message = (error as Error).message ?? '';
+      if (!isCluster(redis)) throw unavailable(error);
+      try {
+        if (message.startsWith('MOVED ')) {
+          await new Promise<void>((resolve) => redis.refreshSlotsCache(() => resolve()));
           return await command();
-        } catch (again) {
-          throw unavailable(again);
         }
+        const importing = message.startsWith('ASK ') ? this.importingMaster(redis, message) : null;
+        if (importing !== null) return await asked(importing);
+      } catch (again) {
+        throw unavailable(again);
       }
       throw unavailable(error);
     }
   }
+}
+
+/** A master of a Cluster, by the address the client reaches it at, and the client's connection to it. */
+interface ClusterNode {
+  address: string;
+  connection: Redis;
+}
+
+/** For commands that name no key (PING): no slot of theirs can migrate. */
+function notRedirected(): Promise<never> {
+  return Promise.reject(new Error('redirected without a key'));
 }
 
 function unavailable(error: unknown): StoreUnavailableError {
