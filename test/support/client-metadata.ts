@@ -87,6 +87,8 @@ export interface DocumentServer {
   readonly port: number;
   /** Requests by path. */
   readonly requests: Map<string, number>;
+  /** When each request of a path arrived (epoch ms). */
+  readonly arrivals: Map<string, number[]>;
   /** TCP connections accepted, in all. */
   connections: number;
   route(path: string, handler: DocumentHandler): void;
@@ -99,10 +101,12 @@ export interface DocumentServer {
 export async function startDocumentServer(ca: TestCa, host = '127.0.0.1'): Promise<DocumentServer> {
   const routes = new Map<string, DocumentHandler>();
   const requests = new Map<string, number>();
+  const arrivals = new Map<string, number[]>();
   const sockets = new Set<Socket>();
   const server: Server = createServer({ key: ca.key, cert: ca.cert }, (request, response) => {
     const path = new URL(request.url ?? '/', 'https://documents').pathname;
     requests.set(path, (requests.get(path) ?? 0) + 1);
+    arrivals.set(path, [...(arrivals.get(path) ?? []), Date.now()]);
     const handler = routes.get(path);
     if (handler === undefined) response.writeHead(404, { 'content-type': 'text/plain' }).end('not found');
     else handler(request, response);
@@ -110,6 +114,7 @@ export async function startDocumentServer(ca: TestCa, host = '127.0.0.1'): Promi
   const state: DocumentServer = {
     port: 0,
     requests,
+    arrivals,
     connections: 0,
     route: (path, handler) => void routes.set(path, handler),
     serveJson(path, document, headers = {}) {
