@@ -394,6 +394,12 @@ describe('the gateway refuses, and forwards nothing', () => {
     expect((await call(first, '/api/either/tickets', { authorization: `Bearer ${unbound}` })).status).toBe(200);
   });
 
+  it('no token at all on a route that accepts both: the Bearer challenge, and the DPoP one beside it (RFC 9449 section 7.1)', async () => {
+    const response = await refused(() => call(first, '/api/either/tickets', {}), 401, 'invalid_token');
+    // Bearer first, as before: a client that reads the first challenge sees what it always saw.
+    expect(response.headers.get('www-authenticate')).toBe(`Bearer realm="tokengate", DPoP realm="tokengate", ${ALGS}`);
+  });
+
   it('no token at all on a route that requires DPoP: the DPoP challenge alone', async () => {
     const response = await refused(() => call(first, '/api/bound/tickets', {}), 401, 'invalid_token');
     expect(response.headers.get('www-authenticate')).toBe(`DPoP realm="tokengate", ${ALGS}`);
