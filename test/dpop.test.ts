@@ -447,6 +447,18 @@ describe('the gateway refuses, and forwards nothing', () => {
     await refused(async () => call(first, '/api/bound/tickets', await dpopHeaders({ iat: now + 600 })), 401, 'invalid_dpop_proof');
   });
 
+  it('a proof whose iat is not a number is invalid, not stale (found by the proof property)', async () => {
+    const jwk = await exportJWK(keys.publicKey as CryptoKey);
+    const claims = { htm: 'GET', htu: `${PUBLIC_ORIGIN}/api/bound/tickets`, jti: randomUUID(), ath: tokenDigest(token) };
+    for (const iat of [String(Math.floor(Date.now() / 1000)), null]) {
+      const signed = await new SignJWT({ ...claims, jti: randomUUID(), iat } as Record<string, unknown>)
+        .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk })
+        .sign(keys.privateKey as CryptoKey);
+      const response = await refused(() => call(first, '/api/bound/tickets', { authorization: `DPoP ${token}`, dpop: signed }), 401, 'invalid_dpop_proof');
+      expect(response.headers.get('www-authenticate')).toContain('error_description="The DPoP proof is not a dpop+jwt with jti, htm and htu');
+    }
+  });
+
   it('alg none, and HMAC algorithms', async () => {
     const encode = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
     const claims = { htm: 'GET', htu: `${PUBLIC_ORIGIN}/api/bound/tickets`, jti: randomUUID(), iat: Math.floor(Date.now() / 1000), ath: tokenDigest(token) };
