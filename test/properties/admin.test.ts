@@ -75,7 +75,7 @@ describe('admin API bodies, for any value', () => {
           }
           return true;
         }),
-        3_000,
+        800,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -101,7 +101,7 @@ describe('admin API bodies, for any value', () => {
           expect(application.resources.every((resource) => RESOURCES.includes(resource))).toBe(true);
           return true;
         }),
-        3_000,
+        800,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -144,9 +144,9 @@ describe('admin API bodies through a running ops listener', () => {
           }
           return true;
         }),
-        150,
+        100,
       );
-      expect(refused).toBeGreaterThan(50);
+      expect(refused).toBeGreaterThan(30);
     },
     PROPERTY_TIMEOUT,
   );

@@ -80,7 +80,7 @@ describe('the config loader, for any text', () => {
             (result.problems.length > 0 && result.problems.every((problem) => typeof problem.message === 'string' && problem.message !== ''))
           );
         }),
-        300,
+        100,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -126,7 +126,7 @@ describe('the config loader, for a shipped config with any one key changed', () 
           }
           return true;
         }),
-        100,
+        40,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -150,7 +150,7 @@ describe('the config loader, for a shipped config with any one key changed', () 
             return true;
           },
         ),
-        60,
+        30,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -177,7 +177,7 @@ describe('the config loader, for a shipped config with any one key changed', () 
             return true;
           },
         ),
-        60,
+        30,
       ),
     PROPERTY_TIMEOUT,
   );

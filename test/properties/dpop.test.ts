@@ -88,7 +88,7 @@ describe('DPoP proofs, for any claims and any bytes', () => {
           if (typeof outcome !== 'string') expect(outcome).toMatchObject({ jti: proofClaims.jti, htm: proofClaims.htm, htu: proofClaims.htu });
           return true;
         }),
-        300,
+        200,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -113,7 +113,7 @@ describe('DPoP proofs, for any claims and any bytes', () => {
           const tampered = `${proof.slice(0, index)}${replacement}${proof.slice(index + 1)}`;
           return (await verifyProof(tampered, WINDOW)) === 'invalid';
         }),
-        300,
+        200,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -140,7 +140,7 @@ describe('DPoP proofs, for any claims and any bytes', () => {
             return (await verifyProof(text, WINDOW)) === 'invalid';
           },
         ),
-        1_000,
+        300,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -198,7 +198,7 @@ describe('htu, for any URL and any spelling of it', () => {
           expect(requestHtu(protocol.slice(0, -1), host, `${pathname}${one.tail}`)).toBe(normalized);
           return true;
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -213,7 +213,7 @@ describe('htu, for any URL and any spelling of it', () => {
           fc.pre(new URL(plain(first)).href !== new URL(plain(second)).href);
           return normalizeHtu(spell(first, how)) !== normalizeHtu(plain(second));
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -227,7 +227,7 @@ describe('htu, for any URL and any spelling of it', () => {
           const normalized = normalizeHtu(text);
           return normalized === null || /^https?:\/\/[^@/]+\//.test(normalized);
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );

@@ -60,7 +60,7 @@ describe('the interim answer filter, for any answers cut anywhere', () => {
           }
           return true;
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );

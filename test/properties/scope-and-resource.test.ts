@@ -45,7 +45,7 @@ describe('scopes, for any scope string', () => {
           expect(parseScope(formatScope(parsed!))).toEqual(parsed);
           return true;
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -74,7 +74,7 @@ describe('scopes, for any scope string', () => {
             return hasScopes(known, wanted) && hasScopes(allowed, wanted);
           },
         ),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -126,7 +126,7 @@ describe('resources, for any requested value', () => {
           // The client's own value is never written back unless it is registered.
           return REGISTERED.includes(requested) || requested.length < 8 || !description.includes(requested);
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
@@ -145,7 +145,7 @@ describe('resources, for any requested value', () => {
           const suggested = /must be written as (\S+)$/.exec(problem)?.[1];
           return suggested === undefined || identifierProblem(suggested) === null;
         }),
-        3_000,
+        1_000,
       ),
     PROPERTY_TIMEOUT,
   );
