@@ -164,6 +164,14 @@ function urlGiven(raw: unknown): boolean {
 
 function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
+  for (const [section, listener] of [
+    ['server', config.server],
+    ['admin', config.admin],
+    ['decisions', config.decisions],
+  ] as const) {
+    if (!isHost(listener.host))
+      problems.push({ path: `${section}.host`, message: `expected a host name or IP address to listen on, got ${JSON.stringify(listener.host)}` });
+  }
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
     problems.push({
       path: 'admin.token',
@@ -236,6 +244,13 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
     ...checkRateLimits(config),
   );
   return problems;
+}
+
+/** An IP address, or a name a URL takes as its host as written (no port, path or credentials): the issuer URL is derived from it. */
+function isHost(host: string): boolean {
+  if (isIP(host) !== 0) return true;
+  const url = URL.parse(`http://${host}`);
+  return url !== null && url.hostname === host.toLowerCase();
 }
 
 export function isLoopback(host: string): boolean {
