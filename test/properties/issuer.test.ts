@@ -168,7 +168,8 @@ describe('redirect URIs, for any registered URI and any parameters', () => {
             await response.arrayBuffer();
             if (redirectUri === REGISTERED) {
               trusted += 1;
-              return response.status === 200;
+              expect({ redirectUri, status: response.status }).toEqual({ redirectUri, status: 200 });
+              return true;
             }
             expect({ redirectUri, status: response.status, location: response.headers.get('location') }).toEqual({ redirectUri, status: 400, location: null });
             return true;
