@@ -12,6 +12,8 @@ import { FormClient, application, authorizePath, createUser, formFields, type Pa
 
 const REDIRECT_URI = 'https://app.example/cb';
 const REDIRECT_WITH_QUERY = 'https://app.example/cb?tenant=a%20b&x=1';
+/** A registered query that ends in "?": what is added must still start a pair of its own. */
+const REDIRECT_QUERY_ENDING_IN_QUESTION_MARK = 'https://app.example/cb?return=/seats?';
 const MOBILE_REDIRECT_URI = 'com.example.tickets:/oauth/cb';
 const EMAIL = 'ann@example.com';
 const PASSWORD = 'correct horse battery';
@@ -29,7 +31,7 @@ beforeAll(async () => {
       },
     },
   });
-  await issuer.store.putApplication(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY] }));
+  await issuer.store.putApplication(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY, REDIRECT_QUERY_ENDING_IN_QUESTION_MARK] }));
   await issuer.store.putApplication(
     application({ clientId: 'mobile', name: 'Tickets for iOS', secretDigest: null, confidential: false, redirectUris: [MOBILE_REDIRECT_URI] }),
   );
@@ -180,6 +182,17 @@ describe('once the redirect_uri is trusted, errors go back to the application', 
     const response = await browser().get(authorizePath(request({ redirect_uri: REDIRECT_WITH_QUERY, response_type: 'token', state: undefined })));
     expect(response.location!.startsWith(`${REDIRECT_WITH_QUERY}&error=unsupported_response_type&`)).toBe(true);
     expect(redirectedTo(response, REDIRECT_WITH_QUERY).has('state')).toBe(false);
+  });
+
+  it('keeps a registered query ending in "?" and adds its parameters as pairs of their own (found by the redirect property)', async () => {
+    const response = await browser().get(authorizePath(request({ redirect_uri: REDIRECT_QUERY_ENDING_IN_QUESTION_MARK, response_type: 'token' })));
+    expect(response.location!.startsWith(`${REDIRECT_QUERY_ENDING_IN_QUESTION_MARK}&error=unsupported_response_type&`)).toBe(true);
+    const answer = new URL(response.location!).searchParams;
+    expect({ return: answer.get('return'), error: answer.get('error'), state: answer.get('state') }).toEqual({
+      return: '/seats?',
+      error: 'unsupported_response_type',
+      state: 'state-123',
+    });
   });
 
   it('ignores unknown parameters, even repeated ones', async () => {

@@ -212,7 +212,9 @@ describe('reloading the routes', () => {
       const tickets = await fetch(`${running.baseUrl}/api/public/tickets`, { headers: bearer(token) });
       expect([tickets.status, await tickets.text()]).toEqual([200, 'b']);
       // The new route's refusals carry the running realm.
-      expect((await fetch(`${running.baseUrl}/api/public/tickets`)).headers.get('www-authenticate')).toBe('Bearer realm="tokengate"');
+      expect((await fetch(`${running.baseUrl}/api/public/tickets`)).headers.get('www-authenticate')).toBe(
+        'Bearer realm="tokengate", DPoP realm="tokengate", algs="ES256 EdDSA Ed25519 RS256 PS256"',
+      );
 
       expect(log.entries().find((entry) => entry.msg.includes('take effect only on restart'))).toMatchObject({ level: 40, keys: outcome.restartRequired });
       expect(log.entries().find((entry) => entry.msg === 'config reloaded')).toMatchObject({ level: 30, hash: outcome.hash, applied: ['routes'] });

@@ -18,6 +18,29 @@ function problemsOf(text: string, env: Record<string, string> = {}): Array<{ pat
 const route = (extra = '') => `routes:\n  - path: /api/public/me\n    upstream: http://127.0.0.1:3001\n${extra}`;
 
 describe('config loading', () => {
+  it('names a listener host that is no host name or IP address (found by the loader property: the issuer URL derived from it threw)', () => {
+    for (const host of ['9007199254740992', 'a b', 'example.com:80', 'user@example.com', 'example.com/x']) {
+      expect(problemsOf(`server:\n  host: "${host}"\n`), host).toEqual([
+        { path: 'server.host', line: 2, message: `expected a host name or IP address to listen on, got ${JSON.stringify(host)}` },
+      ]);
+    }
+    expect(problemsOf('admin:\n  host: "a b"\n')).toContainEqual(expect.objectContaining({ path: 'admin.host', line: 2 }));
+    for (const host of ['0.0.0.0', '::', '::1', 'localhost', 'Sidecar.Internal', '10.0.0.7'])
+      expect(() => parseConfig(`server:\n  host: "${host}"\n`, 'test.yaml', {})).not.toThrow();
+  });
+
+  it('names the YAML problem of an alias without its anchor, an alias bomb, or a value that contains itself (found by the loader property)', () => {
+    expect(problemsOf('server: *nowhere\n')).toEqual([{ path: '', message: expect.stringMatching(/^invalid YAML: Unresolved alias .*: nowhere$/) }]);
+    const bomb = [
+      'a: &a [x, x, x, x, x, x, x, x, x]',
+      ...'bcdef'.split('').map((name, index) => `${name}: &${name} [${Array(9).fill(`*${'abcde'[index]}`).join(', ')}]`),
+    ].join('\n');
+    expect(problemsOf(bomb)).toEqual([{ path: '', message: expect.stringMatching(/^invalid YAML: Excessive alias count/) }]);
+    expect(problemsOf('routes: &routes\n  - path: /a\n    upstream: http://127.0.0.1:1\n    scopes: *routes\n')).toEqual([
+      { path: 'routes[0].scopes', line: 4, message: 'contains itself through a YAML alias (an *alias inside the &anchor it names)' },
+    ]);
+  });
+
   it('accepts the shipped configs', () => {
     for (const file of ['config/tokengate.yaml', 'config/tokengate.redis.yaml']) {
       const config = loadConfigFile(file, {});

@@ -252,7 +252,10 @@ describe('the decision listener', () => {
       decisionsPort,
       `access_token=${tokens.user}`,
     );
-    expect({ status: form.status, challenge: form.header('www-authenticate') }).toEqual({ status: 401, challenge: `Bearer realm="${REALM}"` });
+    expect({ status: form.status, challenge: form.header('www-authenticate') }).toEqual({
+      status: 401,
+      challenge: `Bearer realm="${REALM}", DPoP realm="${REALM}", algs="ES256 EdDSA Ed25519 RS256 PS256"`,
+    });
   });
 
   it("decides a cached token from the cache, and refuses it once revoked, like the gateway's check", async () => {

@@ -396,6 +396,12 @@ describe('the gateway refuses, and forwards nothing', () => {
     expect((await call(first, '/api/either/tickets', { authorization: `Bearer ${unbound}` })).status).toBe(200);
   });
 
+  it('no token at all on a route that accepts both: the Bearer challenge, and the DPoP one beside it (RFC 9449 section 7.1)', async () => {
+    const response = await refused(() => call(first, '/api/either/tickets', {}), 401, 'invalid_token');
+    // Bearer first, as before: a client that reads the first challenge sees what it always saw.
+    expect(response.headers.get('www-authenticate')).toBe(`Bearer realm="tokengate", DPoP realm="tokengate", ${ALGS}`);
+  });
+
   it('no token at all on a route that requires DPoP: the DPoP challenge alone', async () => {
     const response = await refused(() => call(first, '/api/bound/tickets', {}), 401, 'invalid_token');
     expect(response.headers.get('www-authenticate')).toBe(`DPoP realm="tokengate", ${ALGS}`);
@@ -441,6 +447,18 @@ describe('the gateway refuses, and forwards nothing', () => {
     const now = Math.floor(Date.now() / 1000);
     await refused(async () => call(first, '/api/bound/tickets', await dpopHeaders({ iat: now - 600 })), 401, 'invalid_dpop_proof');
     await refused(async () => call(first, '/api/bound/tickets', await dpopHeaders({ iat: now + 600 })), 401, 'invalid_dpop_proof');
+  });
+
+  it('a proof whose iat is not a number is invalid, not stale (found by the proof property)', async () => {
+    const jwk = await exportJWK(keys.publicKey as CryptoKey);
+    const claims = { htm: 'GET', htu: `${PUBLIC_ORIGIN}/api/bound/tickets`, jti: randomUUID(), ath: tokenDigest(token) };
+    for (const iat of [String(Math.floor(Date.now() / 1000)), null]) {
+      const signed = await new SignJWT({ ...claims, jti: randomUUID(), iat } as Record<string, unknown>)
+        .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk })
+        .sign(keys.privateKey as CryptoKey);
+      const response = await refused(() => call(first, '/api/bound/tickets', { authorization: `DPoP ${token}`, dpop: signed }), 401, 'invalid_dpop_proof');
+      expect(response.headers.get('www-authenticate')).toContain('error_description="The DPoP proof is not a dpop+jwt with jti, htm and htu');
+    }
   });
 
   it('alg none, and HMAC algorithms', async () => {

@@ -12,6 +12,8 @@ import { startTokengate, type RunningTokengate } from './support/instance.js';
 
 const REALM = 'ticketing';
 const CHALLENGE = `Bearer realm="${REALM}"`;
+/** No token on a route that takes Bearer and DPoP: both bare challenges, Bearer first (RFC 9449 section 7.1). */
+const MISSING_TOKEN_CHALLENGE = `${CHALLENGE}, DPoP realm="${REALM}", algs="ES256 EdDSA Ed25519 RS256 PS256"`;
 const INVALID_TOKEN_CHALLENGE = `${CHALLENGE}, error="invalid_token", error_description="The access token is invalid, expired or revoked."`;
 const INVALID_TOKEN_BODY = { error: 'invalid_token', error_description: 'The access token is invalid, expired or revoked.' };
 
@@ -154,15 +156,15 @@ describe('routing by token kind and scope', () => {
 });
 
 describe('missing and invalid tokens', () => {
-  it('answers a request without a token with 401 and a bare Bearer challenge', async () => {
+  it('answers a request without a token with 401 and the bare Bearer challenge, the DPoP one beside it', async () => {
     const answer = await call('/api/public/me');
-    expectError(answer, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, CHALLENGE);
-    // A credential of another scheme is not a bearer token: the same bare challenge (RFC 6750 3.1).
+    expectError(answer, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, MISSING_TOKEN_CHALLENGE);
+    // A credential of another scheme is not a bearer token: the same bare challenges (RFC 6750 3.1).
     expectError(
       await call('/api/public/me', { headers: { authorization: 'Basic dXNlcjpwYXNz' } }),
       401,
       { error: 'invalid_token', error_description: 'An access token is required.' },
-      CHALLENGE,
+      MISSING_TOKEN_CHALLENGE,
     );
   });
 

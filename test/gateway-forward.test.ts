@@ -364,7 +364,7 @@ describe('WebSocket upgrades', () => {
     const before = webSocketApi.handshakes.length;
     const missing = await handshake('/api/live/feed', {});
     expect(missing.status).toBe(401);
-    expect(missing.headers['www-authenticate']).toBe('Bearer realm="tokengate"');
+    expect(missing.headers['www-authenticate']).toBe('Bearer realm="tokengate", DPoP realm="tokengate", algs="ES256 EdDSA Ed25519 RS256 PS256"');
     expect(JSON.parse(missing.body)).toEqual({ error: 'invalid_token', error_description: 'An access token is required.' });
     const forged = await handshake(`/api/live/feed?access_token=${'A'.repeat(43)}`, {});
     expect(forged.status).toBe(401);

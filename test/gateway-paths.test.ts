@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import { ConfigError, parseConfig } from '../src/config/load.js';
-import { normalizePath, PathRefusal } from '../src/http/path.js';
 import { APPLICATION_TOKEN, rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { PATH_ATTEMPTS as ATTEMPTS, PATH_ROUTES as ROUTES, type PathRouteName as RouteName } from './support/path-attempts.js';
@@ -56,64 +55,6 @@ describe('path confusion', () => {
         expect(receivedPath === prefix || receivedPath.startsWith(`${prefix}/`), target).toBe(true);
       }
     }
-  });
-});
-
-describe('normalizePath', () => {
-  // Pieces that matter to path parsers; random sequences of them probe the normalizer's invariants.
-  const PIECES = [
-    '/',
-    '/',
-    'a',
-    'B',
-    '.',
-    '..',
-    '%2e',
-    '%2E',
-    '%2f',
-    '%5C',
-    '\\',
-    ';',
-    '%3b',
-    '%25',
-    '%41',
-    '%7e',
-    '~',
-    '%c0%ae',
-    '%e2%82%ac',
-    '%00',
-    '%',
-    '%zz',
-    '//',
-    ':',
-    '@',
-    '!',
-    '"',
-    '+',
-  ];
-
-  it('returns only canonical, WHATWG-stable paths without dot or empty segments, and is idempotent', () => {
-    let seed = 42;
-    const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
-    let accepted = 0;
-    for (let run = 0; run < 20_000; run += 1) {
-      let raw = '/';
-      const length = 1 + Math.floor(random() * 8);
-      for (let index = 0; index < length; index += 1) raw += PIECES[Math.floor(random() * PIECES.length)];
-      const path = normalizePath(raw);
-      if (path instanceof PathRefusal) continue;
-      accepted += 1;
-      expect(normalizePath(path), raw).toBe(path);
-      // undici sends URL(...).pathname: it must be the path itself, byte for byte.
-      expect(new URL(`http://upstream.test${path}`).pathname, raw).toBe(path);
-      expect(path, raw).not.toMatch(/\/\/|%2F|%5C|%25(2E|2F|5C)|\\/i);
-      const segments = decodeURIComponent(path).split('/');
-      expect(
-        segments.some((segment) => segment === '.' || segment === '..'),
-        raw,
-      ).toBe(false);
-    }
-    expect(accepted).toBeGreaterThan(1_000);
   });
 });
 

@@ -26,6 +26,8 @@ import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 
 const REALM = 'ticketing';
 const INVALID_TOKEN = { error: 'invalid_token', error_description: 'The access token is invalid, expired or revoked.' };
+/** No token on a route that takes Bearer and DPoP: both bare challenges, Bearer first. */
+const MISSING_TOKEN_CHALLENGE = `Bearer realm="${REALM}", DPoP realm="${REALM}", algs="ES256 EdDSA Ed25519 RS256 PS256"`;
 const INVALID_TOKEN_CHALLENGE = `Bearer realm="${REALM}", error="invalid_token", error_description="The access token is invalid, expired or revoked."`;
 
 /** tokengate's side of the examples. */
@@ -210,7 +212,7 @@ describe.each([NGINX, CADDY])('$name in front of the decision listener (examples
     expectRefusal(afterRevocation.response, 401, INVALID_TOKEN, INVALID_TOKEN_CHALLENGE);
 
     const missing = await through('GET', '/api/public/me');
-    expectRefusal(missing.response, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, `Bearer realm="${REALM}"`);
+    expectRefusal(missing.response, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, MISSING_TOKEN_CHALLENGE);
   });
 
   it("answers every other refusal with tokengate's own status, headers and JSON body", async () => {
@@ -257,7 +259,7 @@ describe.each([NGINX, CADDY])('$name in front of the decision listener (examples
       `access_token=${tokens.user}&event=42`,
     );
     expect(reached).toEqual([]);
-    expectRefusal(response, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, `Bearer realm="${REALM}"`);
+    expectRefusal(response, 401, { error: 'invalid_token', error_description: 'An access token is required.' }, MISSING_TOKEN_CHALLENGE);
   });
 
   it('lets no spoofed identity header reach an API, in any spelling', async () => {
@@ -346,7 +348,7 @@ describe('what a client sees', () => {
         wrongMethod: 500,
       });
       // nginx copies a 401's challenge, not a 403's; its bodies are its own HTML pages.
-      expect(seen.missingToken.header('www-authenticate')).toBe(`Bearer realm="${REALM}"`);
+      expect(seen.missingToken.header('www-authenticate')).toBe(MISSING_TOKEN_CHALLENGE);
       expect(seen.wrongKind.header('www-authenticate')).toBeNull();
       for (const response of Object.values(seen)) expect(response.header('content-type')).toBe('text/html');
     } finally {

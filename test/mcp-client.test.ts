@@ -193,7 +193,12 @@ describe('an MCP client (@modelcontextprotocol/sdk) and an MCP server behind a t
     );
     const metadataUrl = `${running.baseUrl}/.well-known/oauth-protected-resource/mcp`;
     expect(seen.slice(0, 3)).toEqual([
-      { method: 'POST', url: serverUrl.href, status: 401, challenge: `Bearer realm="tokengate", resource_metadata="${metadataUrl}"` },
+      {
+        method: 'POST',
+        url: serverUrl.href,
+        status: 401,
+        challenge: `Bearer realm="tokengate", resource_metadata="${metadataUrl}", DPoP realm="tokengate", algs="ES256 EdDSA Ed25519 RS256 PS256", resource_metadata="${metadataUrl}"`,
+      },
       { method: 'GET', url: metadataUrl, status: 200, challenge: null },
       { method: 'GET', url: `${running.baseUrl}/.well-known/oauth-authorization-server`, status: 200, challenge: null },
     ]);

@@ -239,6 +239,35 @@ describe('tokens bound to resources (RFC 8707)', () => {
     // Its default is what it may use.
     expect(await introspect(limited, await clientCredentialsToken(limited))).toMatchObject({ aud: [USER_API] });
   });
+
+  it('says which of unknown, malformed or not permitted a refused resource is', async () => {
+    const limited = await registerApplication(running.store, { scopes: ['public'] });
+    expect((await admin('PATCH', `/applications/${limited.clientId}`, { resources: [USER_API] })).status).toBe(200);
+    const unknown = 'A requested resource is not registered with this issuer.';
+    const malformed = 'A resource parameter is not an absolute URI without a fragment (RFC 8707).';
+    const cases: Array<[string, string]> = [
+      // An absolute URI, only not one of ours: it was once described as not an absolute URI.
+      ['https://elsewhere.example/', unknown],
+      ['https://api.ticketing.example/elsewhere', unknown],
+      // RFC 8707 discourages a query but allows it: unknown, not malformed.
+      [`${USER_API}?version=2`, unknown],
+      // Another spelling of a registered identifier: identifiers are compared exactly, the registered one is named.
+      [`${USER_API}/`, `${unknown} Identifiers are compared exactly: did you mean ${USER_API}?`],
+      ['HTTPS://API.TICKETING.EXAMPLE/api/public', `${unknown} Identifiers are compared exactly: did you mean ${USER_API}?`],
+      [`${USER_API}#fragment`, malformed],
+      ['not a uri', malformed],
+      ['/api/public', malformed],
+      [ORGANIZER_API, `The application may not request tokens for ${ORGANIZER_API}.`],
+    ];
+    for (const [resource, description] of cases) {
+      const response = await tokenRequest(limited, { grant_type: 'client_credentials', resource });
+      expect({ resource, status: response.status, body: await response.json() }).toEqual({
+        resource,
+        status: 400,
+        body: { error: 'invalid_target', error_description: description },
+      });
+    }
+  });
 });
 
 describe('the authorization code and refresh grants', () => {

@@ -63,7 +63,7 @@ export function parseConfig(text: string, file: string, env: Environment = proce
       })),
     );
   }
-  const raw: unknown = document.toJS() ?? {};
+  const raw = documentValue(document, file);
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
     throw new ConfigError(file, [{ path: '', message: 'expected a mapping of sections (server, admin, store, issuer, cache, gateway, routes, logging)' }]);
   }
@@ -73,8 +73,11 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   // Read before defaults are filled in (TypeBox fills them into the object it is given).
   const storeUrlGiven = urlGiven(substituted);
   const withDefaults = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, substituted));
+  // A value already refused while substituting (it contains itself) is not reported again below it.
+  const substitutionProblems = problems.map((problem) => problem.path);
   for (const error of Value.Errors(ConfigSchema, withDefaults)) {
-    if (!isShadowedUnionError(error)) problems.push({ path: keyPath(pointerSegments(error.path)), message: describe(error) });
+    const path = keyPath(pointerSegments(error.path));
+    if (!isShadowedUnionError(error) && !substitutionProblems.some((refused) => isAtOrBelow(path, refused))) problems.push({ path, message: describe(error) });
   }
   // Semantic checks run even when the shape is wrong elsewhere, so one run reports everything;
   // a section too broken to check semantically has already been reported above.
@@ -93,6 +96,20 @@ export function parseConfig(text: string, file: string, env: Environment = proce
 }
 
 /**
+ * The document as plain values. The YAML library refuses, by throwing, an alias whose anchor is
+ * not set before it and more aliases than a document of this size can need (an alias bomb):
+ * both are a problem of the file, not a failure of tokengate.
+ */
+function documentValue(document: Document, file: string): unknown {
+  try {
+    return document.toJS() ?? {};
+  } catch (error) {
+    if (!(error instanceof ReferenceError)) throw error;
+    throw new ConfigError(file, [{ path: '', message: `invalid YAML: ${error.message}` }]);
+  }
+}
+
+/**
  * The URL of the public listener as a client on this machine reaches it: what `issuer.issuerUrl`
  * defaults to. A wildcard or loopback host becomes `localhost`, the name browsers treat as secure
  * for development and the admin API accepts in http redirect URIs.
@@ -108,8 +125,22 @@ function isWildcard(host: string): boolean {
 
 const VARIABLE = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 
-/** `${VAR}` and `${VAR:-default}` in string values; `$$` is a literal `$`. Values only, never keys or structure. */
-function substituteEnvironment(value: unknown, path: Array<string | number>, env: Environment, problems: ConfigProblem[]): unknown {
+/**
+ * `${VAR}` and `${VAR:-default}` in string values; `$$` is a literal `$`. Values only, never keys
+ * or structure. A value that contains itself (a YAML alias to an anchor around it, `a: &a [*a]`)
+ * is a problem of its key, not an endless walk.
+ */
+function substituteEnvironment(
+  value: unknown,
+  path: Array<string | number>,
+  env: Environment,
+  problems: ConfigProblem[],
+  around: ReadonlySet<unknown> = new Set(),
+): unknown {
+  if (typeof value === 'object' && value !== null && around.has(value)) {
+    problems.push({ path: keyPath(path), message: 'contains itself through a YAML alias (an *alias inside the &anchor it names)' });
+    return undefined;
+  }
   if (typeof value === 'string') {
     return value.replace(VARIABLE, (match, name: string | undefined, fallback: string | undefined) => {
       if (match === '$$') return '$';
@@ -120,11 +151,10 @@ function substituteEnvironment(value: unknown, path: Array<string | number>, env
       return '';
     });
   }
-  if (Array.isArray(value)) return value.map((item, index) => substituteEnvironment(item, [...path, index], env, problems));
-  if (typeof value === 'object' && value !== null) {
-    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, substituteEnvironment(item, [...path, key], env, problems)]));
-  }
-  return value;
+  if (typeof value !== 'object' || value === null) return value;
+  const inside = new Set(around).add(value);
+  if (Array.isArray(value)) return value.map((item, index) => substituteEnvironment(item, [...path, index], env, problems, inside));
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, substituteEnvironment(item, [...path, key], env, problems, inside)]));
 }
 
 /** Whether the file sets `store.url` itself (the loaded config always has one, its default). */
@@ -135,6 +165,14 @@ function urlGiven(raw: unknown): boolean {
 
 function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
+  for (const [section, listener] of [
+    ['server', config.server],
+    ['admin', config.admin],
+    ['decisions', config.decisions],
+  ] as const) {
+    if (!isHost(listener.host))
+      problems.push({ path: `${section}.host`, message: `expected a host name or IP address to listen on, got ${JSON.stringify(listener.host)}` });
+  }
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
     problems.push({
       path: 'admin.token',
@@ -210,6 +248,13 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
   return problems;
 }
 
+/** An IP address, or a name a URL takes as its host as written (no port, path or credentials): the issuer URL is derived from it. */
+function isHost(host: string): boolean {
+  if (isIP(host) !== 0) return true;
+  const url = URL.parse(`http://${host}`);
+  return url !== null && url.hostname === host.toLowerCase();
+}
+
 export function isLoopback(host: string): boolean {
   if (host === 'localhost') return true;
   if (isIP(host) === 4) return host.startsWith('127.');
@@ -259,6 +304,10 @@ function parseKeyPath(path: string): Array<string | number> {
     .split(/[.[\]]+/)
     .filter(Boolean)
     .map((part) => (/^\d+$/.test(part) ? Number(part) : part));
+}
+
+function isAtOrBelow(path: string, ancestor: string): boolean {
+  return path === ancestor || path.startsWith(`${ancestor}.`) || path.startsWith(`${ancestor}[`);
 }
 
 function keyPath(segments: ReadonlyArray<string | number>): string {

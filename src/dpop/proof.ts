@@ -96,8 +96,11 @@ export async function verifyProof(proof: string, window: ProofWindow): Promise<V
   return { jkt: proofKey!.jkt, jti, htm, htu, ath, nonce };
 }
 
-/** jose's refusals of `iat`: too far in the past (maxTokenAge) or in the future (clockTolerance). */
+/**
+ * jose's refusals of an `iat` timestamp: too far in the past (maxTokenAge) or in the future
+ * (clockTolerance). An `iat` that is missing or not a number makes the proof malformed, not stale.
+ */
 function isIatFailure(error: unknown): boolean {
-  if (error instanceof errors.JWTExpired) return true;
-  return error instanceof errors.JWTClaimValidationFailed && error.claim === 'iat' && error.reason !== 'missing';
+  const claimFailure = error instanceof errors.JWTExpired || error instanceof errors.JWTClaimValidationFailed;
+  return claimFailure && error.claim === 'iat' && error.reason === 'check_failed';
 }

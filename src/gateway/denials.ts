@@ -13,7 +13,8 @@ import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
  * tokengate_decisions_total). Each names its error in src/errors.ts, whether it carries an
  * RFC 6750 section 3 challenge (`bare`: no credential was presented, so no error code; `error`:
  * with the error code and description; `dpop`: an RFC 9449 DPoP challenge with its error, beside
- * a bare Bearer one where the route accepts Bearer tokens), and its outcome label: `denied` before forwarding,
+ * a bare Bearer one where the route accepts Bearer tokens; both bare where no credential was
+ * presented on such a route), and its outcome label: `denied` before forwarding,
  * `failed` when the upstream did not answer. `only` marks the answers one listener alone gives
  * (the other neither counts nor exports them).
  */
@@ -257,10 +258,12 @@ export function compileRouteDenials(
 
 /**
  * The challenge a route's refusal carries. A route that requires DPoP answers with the DPoP
- * scheme alone (RFC 9449 section 7.1); on the others the Bearer challenges stay as they are, and
+ * scheme alone (RFC 9449 section 7.1). On the others, which take both schemes, a request without
+ * a token learns of both: the bare Bearer challenge first, as clients have always read it, then
+ * the DPoP one with its `algs`; a refusal of a Bearer credential keeps its Bearer challenge, and
  * a refusal of DPoP itself names the DPoP scheme, its error and `algs`, then Bearer beside it.
+ * Every challenge of a route of a resource names its metadata (RFC 9728 section 5.1).
  */
-/** Every challenge of a route of a resource names its metadata (RFC 9728 section 5.1). */
 function challengeOf(
   spec: DenialSpec,
   route: RouteConfig,
@@ -272,10 +275,10 @@ function challengeOf(
   switch (spec.challenge) {
     case 'none':
       return undefined;
-    case 'bare':
-      return dpopOnly
-        ? dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, undefined, [], resourceMetadata)
-        : bearerChallenge(realm, undefined, [], resourceMetadata);
+    case 'bare': {
+      const dpop = dpopChallenge(realm, DPOP_SIGNING_ALGORITHMS, undefined, [], resourceMetadata);
+      return dpopOnly ? dpop : `${bearerChallenge(realm, undefined, [], resourceMetadata)}, ${dpop}`;
+    }
     case 'error': {
       const scopes = spec.code === 'INSUFFICIENT_SCOPE' ? route.scopes : [];
       return dpopOnly

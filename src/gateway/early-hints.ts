@@ -5,8 +5,9 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
  * start fetching what the final answer will need. Only its `Link` headers go: they are what early
  * hints are for, and any other header of an interim answer would bypass the response header rules.
  * Not to an HTTP/1.0 client, which must not get an interim answer (RFC 9110, section 15.2).
- * 100 and 102 from an upstream are dropped: the gateway answers `Expect: 100-continue` itself,
- * and 102 is obsolete.
+ * Other 1xx from an upstream are dropped: 102 is obsolete, and a 100 (never asked for: the
+ * gateway answers `Expect: 100-continue` itself) is taken out before undici reads it
+ * (src/gateway/interim-answers.ts).
  */
 export function relayEarlyHints(request: IncomingMessage, response: ServerResponse, rawHeaders: Buffer[]): void {
   if (request.httpVersionMajor !== 1 || request.httpVersionMinor < 1 || response.headersSent) return;

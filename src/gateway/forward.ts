@@ -74,7 +74,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
   const poolFor = (url: URL): Pool => {
     let pool = pools.get(url.origin);
     if (pool === undefined) {
-      pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM, pipelining: 1 });
+      pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM });
       pools.set(url.origin, pool);
     }
     return pool;

@@ -1,6 +1,5 @@
 import { TokengateError } from '../errors.js';
 import type { ApplicationRecord } from '../store/store.js';
-import { identifierProblem } from './identifier.js';
 import type { ResourceRegistry } from './registry.js';
 
 /**
@@ -41,13 +40,7 @@ export function grantAudience(
   const permitted = permittedResources(application, registry);
   if (requested === undefined) return [...permitted];
   for (const resource of requested) {
-    // The value is the client's: it is not echoed back unless it is a registered identifier.
-    if (!registry.byIdentifier.has(resource))
-      throw invalidTarget(
-        identifierProblem(resource) === null
-          ? 'A requested resource is not registered with this issuer.'
-          : 'A resource parameter is not an absolute URI without a query or fragment.',
-      );
+    if (!registry.byIdentifier.has(resource)) throw invalidTarget(unregisteredResource(resource, registry));
     if (!permitted.includes(resource)) throw invalidTarget(`The application may not request tokens for ${resource}.`);
   }
   return [...requested];
@@ -77,6 +70,26 @@ export function isAudience(audience: readonly string[], resource: string): boole
   // A loop, not includes() over a spread: this runs on every request of a route with a resource.
   for (const entry of audience) if (entry === resource) return true;
   return false;
+}
+
+const UNKNOWN_RESOURCE = 'A requested resource is not registered with this issuer.';
+
+/**
+ * What is wrong with a requested resource the registry does not hold: not an absolute URI
+ * without a fragment (RFC 8707 section 2), or an absolute URI this issuer does not know, when it
+ * is another spelling of a registered identifier (letter case, a trailing "/"), naming that one.
+ * The value is the client's: it is never echoed back, only a registered identifier is.
+ */
+function unregisteredResource(resource: string, registry: ResourceRegistry): string {
+  const url = URL.parse(resource);
+  if (url === null || resource.includes('#')) return 'A resource parameter is not an absolute URI without a fragment (RFC 8707).';
+  const spelling = withoutTrailingSlash(url.href);
+  const registered = registry.identifiers.find((identifier) => withoutTrailingSlash(new URL(identifier).href) === spelling);
+  return registered === undefined ? UNKNOWN_RESOURCE : `${UNKNOWN_RESOURCE} Identifiers are compared exactly: did you mean ${registered}?`;
+}
+
+function withoutTrailingSlash(href: string): string {
+  return href.endsWith('/') ? href.slice(0, -1) : href;
 }
 
 function invalidTarget(description: string): TokengateError {

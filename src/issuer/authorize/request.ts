@@ -199,7 +199,9 @@ export function redirectUriWith(redirectUri: string, parameters: Record<string, 
   const fragment = hashAt === -1 ? '' : redirectUri.slice(hashAt);
   const added = new URLSearchParams(Object.entries(parameters).filter((entry): entry is [string, string] => entry[1] !== undefined)).toString();
   if (added === '') return redirectUri;
-  const separator = !base.includes('?') ? '?' : base.endsWith('?') || base.endsWith('&') ? '' : '&';
+  // The query is what follows the first "?": a later "?" (`?return=/x?`) is part of its last pair.
+  const queryAt = base.indexOf('?');
+  const separator = queryAt === -1 ? '?' : queryAt === base.length - 1 || base.endsWith('&') ? '' : '&';
   return `${base}${separator}${added}${fragment}`;
 }
 
