@@ -535,7 +535,7 @@ describe('nginx with the decision cache (examples/ingress/nginx-decision-cache.c
     expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(0);
     const memory = sharedMemoryOf(ingress.pid);
     // What the entry is: the digest of what the decision depends on, and the identity to reuse.
-    const key = createHash('sha256').update(`GET /api/public/tickets\nBearer ${token}`).digest();
+    const key = createHash('sha256').update(`GET /api/public/tickets\nBearer ${token}\n`).digest();
     expect(memory.includes(key)).toBe(true);
     expect(memory.includes(`memory-check\n${USER_TOKEN.clientId}\npublic\nuser`)).toBe(true);
     expect(memory.includes(token)).toBe(false);
