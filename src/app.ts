@@ -19,10 +19,9 @@ import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
 import { cached, type CachedStore } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
-import { MemoryLeases, RedisLeases } from './ratelimit/leases.js';
+import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
-import { RedisStore } from './store/redis.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
@@ -80,16 +79,15 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
-  const leases = store instanceof RedisStore ? new RedisLeases(store.client, store.keyPrefix) : new MemoryLeases();
   const context: TokengateContext = {
     config,
     store: cache ?? store,
     cache,
     minter: createTokenMinter(tagKeyBytes),
-    dpop: createDpop(config.dpop, store, tagKeyBytes),
+    dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
     metrics,
     log,
-    rateLimiter: new RateLimiter(config, leases, () => context.store, metrics, log),
+    rateLimiter: new RateLimiter(config, leasesFor(store.backend), () => context.store, metrics, log),
     requestLog: new RequestLog(config.logging.requests),
   };
   // Caches replaced by a reload, stopping (close() waits for them).
@@ -97,6 +95,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   let hash = configHash(config);
   metrics.configInfo.set({ hash }, 1);
   for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
+  metrics.configLastReloadSuccessful.set(1);
 
   const publicLimits = createListenerGuard(
     'public',
@@ -182,6 +181,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     const loaded = closed ? { problems: [{ path: '', message: 'tokengate is shutting down' }] } : loadForReload(load, running);
     if (!('config' in loaded)) {
       metrics.configReloads.inc({ result: 'failure' });
+      metrics.configLastReloadSuccessful.set(0);
       log.error({ file: loaded.file, problems: loaded.problems }, 'config reload failed: the running config stays');
       return { result: 'failure', problems: loaded.problems, applied: [], restartRequired: [], hash };
     }
@@ -213,6 +213,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       metrics.configInfo.set({ hash }, 1);
     }
     metrics.configReloads.inc({ result: 'success' });
+    metrics.configLastReloadSuccessful.set(1);
     log.info({ hash, applied, routes: effective.routes.length }, applied.length > 0 ? 'config reloaded' : 'config reloaded: nothing to apply');
     if (restartRequired.length > 0) {
       log.warn({ keys: restartRequired }, 'config keys changed that take effect only on restart; they keep their running values');

@@ -1,9 +1,9 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { rawRedis } from './support/redis.js';
 import { FormClient, application, authorizePath, createUser, formFields, type PageResponse } from './support/issuer.js';
 
 /**
@@ -88,8 +88,8 @@ describe('login throttle', () => {
   });
 
   it('keeps the counts in the store under digests, never under the e-mail', async () => {
-    const raw = (issuer.store as unknown as { client: Redis }).client;
-    const keys = await raw.keys(`${issuer.prefix}counter:*`);
+    const raw = rawRedis();
+    const keys = await raw.keys(`${issuer.prefix}counter:*`).finally(() => raw.disconnect());
     expect(keys).toContain(`${issuer.prefix}counter:login-account:${tokenDigest('a@example.com')}`);
     expect(keys).toContain(`${issuer.prefix}counter:login-address:10.3.0.1`);
     expect(keys.some((key) => key.includes('@'))).toBe(false);

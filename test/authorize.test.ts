@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { rawRedis } from './support/redis.js';
 import { FormClient, application, authorizePath, createUser, formFields, type PageResponse } from './support/issuer.js';
 
 /**
@@ -371,8 +371,8 @@ describe('sessions', () => {
     const client = browser();
     await client.get(authorizePath(request()));
     const value = client.cookies.get('tokengate_session')!;
-    const raw = (issuer.store as unknown as { client: Redis }).client;
-    const keys = await raw.keys(`${issuer.prefix}session:*`);
+    const raw = rawRedis();
+    const keys = await raw.keys(`${issuer.prefix}session:*`).finally(() => raw.disconnect());
     expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
     expect(keys.some((key) => key.includes(value))).toBe(false);
   });

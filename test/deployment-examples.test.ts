@@ -262,6 +262,29 @@ describe('examples/docker-compose.yml', () => {
     ]);
   });
 
+  it('runs Prometheus with the alerting rules and Grafana with the dashboard in the monitoring profile, published on the loopback only', () => {
+    const prometheus = services.prometheus!;
+    const grafana = services.grafana!;
+    for (const service of [prometheus, grafana]) {
+      expect(service.profiles).toEqual(['monitoring']);
+      expect(published(service).map((port) => port.host)).toEqual(['127.0.0.1']);
+    }
+    // Every rule file the config loads is mounted beside it, from examples/prometheus/.
+    const config = parse(read(posix.join('examples', mounted(prometheus, '/etc/prometheus/prometheus.yml')!))) as { rule_files: string[] };
+    expect(config.rule_files).toEqual(['tokengate-alerts.yml']);
+    for (const file of config.rule_files) expect(mounted(prometheus, posix.join('/etc/prometheus', file)), file).toBe(`./prometheus/${file}`);
+    // Grafana's data source is the Prometheus service on its container port; its dashboard provider reads where the dashboard is mounted.
+    const provisioning = posix.join('examples', mounted(grafana, '/etc/grafana/provisioning')!);
+    const { datasources } = parse(read(posix.join(provisioning, 'datasources/prometheus.yml'))) as { datasources: Array<{ type: string; url: string }> };
+    expect(datasources).toEqual([expect.objectContaining({ type: 'prometheus', url: `http://prometheus:${published(prometheus)[0]!.target}` })]);
+    const { providers } = parse(read(posix.join(provisioning, 'dashboards/tokengate.yml'))) as {
+      providers: Array<{ type: string; options: { path: string } }>;
+    };
+    expect(providers).toEqual([expect.objectContaining({ type: 'file' })]);
+    expect(mounted(grafana, posix.join(providers[0]!.options.path, 'tokengate.json'))).toBe('./grafana/tokengate.json');
+    expect(Object.keys(grafana.depends_on ?? {})).toEqual(['prometheus']);
+  });
+
   it('sends every route to an example API that serves it, reachable on the Compose network only, and the store to the Redis service', () => {
     const { routes, gateway, store } = config();
     for (const route of routes) {

@@ -2,6 +2,7 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { exportJWK, SignJWT, type CryptoKey, type JWK } from 'jose';
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { proofMarksFor } from '../src/dpop/replay.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { caddyfile, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
@@ -10,6 +11,7 @@ import { caddyCommand, exchange, installed, nginxCommand, startIngress, startTic
 import { startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { authorizePath, createUser, FormClient, formFields } from './support/issuer.js';
 import { freePort } from './support/ports.js';
+import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 
 /**
  * DPoP (RFC 9449) end to end: oauth4webapi as the client, against two sidecars of one
@@ -605,6 +607,26 @@ describe('a single instance on the memory store', () => {
       expect(upstream.received.length).toBe(before);
     } finally {
       await alone.close();
+    }
+  });
+});
+
+describe.each([
+  { backend: 'memory', open: () => new MemoryStore() },
+  { backend: 'redis', open: () => createTestRedisStore(uniquePrefix('dpop-marks')) },
+])('replay marks on the $backend backend', ({ open }) => {
+  it('a proof is new once, a replay within its window is refused, and the mark ends with the window', async () => {
+    const store = open();
+    try {
+      const marks = proofMarksFor(store.backend);
+      const jti = randomUUID();
+      expect(await marks.markFirstUse(jti, 300)).toBe(true);
+      expect(await marks.markFirstUse(jti, 300)).toBe(false);
+      expect(await marks.markFirstUse(randomUUID(), 300)).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect(await marks.markFirstUse(jti, 300)).toBe(true);
+    } finally {
+      await store.close();
     }
   });
 });

@@ -134,9 +134,14 @@ describe('/metrics after traffic', () => {
     expect(series('tokengate_upstream_request_duration_seconds_sum')['route=/api/public/me,status_class=2xx']).toBeGreaterThan(0);
   });
 
-  it('counts config reloads by result, and shows the hash of the config in effect as one series', () => {
+  it('counts config reloads by result, says whether the last one applied, and shows the hash of the config in effect as one series', () => {
     expect(families.get('tokengate_config_reloads_total')).toBe('counter');
     expect(series('tokengate_config_reloads_total')).toEqual({ 'result=success': 1, 'result=failure': 1 });
+    // The last one failed: the file is not what runs.
+    expect(families.get('tokengate_config_last_reload_successful')).toBe('gauge');
+    expect(samples.filter((sample) => sample.name === 'tokengate_config_last_reload_successful')).toEqual([
+      { name: 'tokengate_config_last_reload_successful', labels: {}, value: 0 },
+    ]);
     expect(families.get('tokengate_config_info')).toBe('gauge');
     expect(samples.filter((sample) => sample.name === 'tokengate_config_info')).toEqual([
       { name: 'tokengate_config_info', labels: { hash: reloadedHash }, value: 1 },

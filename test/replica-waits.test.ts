@@ -2,6 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { proofMarksFor } from '../src/dpop/replay.js';
+import { leasesFor } from '../src/ratelimit/leases.js';
+import { compilePolicy } from '../src/ratelimit/policies.js';
 import type { RedisStore } from '../src/store/redis.js';
 import { ReplicaCounts, parseReplication } from '../src/store/redis-replicas.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
@@ -88,6 +91,29 @@ describe('replica waits', () => {
     replica.resume();
     await eventually(async () => (await save(store, 'replica-back')) === 'acknowledged', 5_000);
   });
+
+  it(
+    "every room's writes wait alike: a rate limit lease and a DPoP replay mark are not confirmed while the replica is frozen",
+    { timeout: 30_000 },
+    async () => {
+      const primary = await master();
+      await replicaOf(primary);
+      const store = await storeOn(primary);
+      await eventually(async () => (await save(store, 'with-replica')) === 'acknowledged', 5_000);
+      const leases = leasesFor(store.backend);
+      const marks = proofMarksFor(store.backend);
+      const policy = compilePolicy('frozen', { by: 'application', requestsPerSecond: 10, burst: 10 });
+      const lease = () => outcome(leases.lease('ratelimit:frozen:app', policy, { want: 1, returned: 0, charged: 0 }));
+      const mark = (jti: string) => outcome(marks.markFirstUse(jti, 60_000));
+
+      started[1]!.pause();
+      expect(await lease()).toBe('failed');
+      expect(await mark('while-frozen')).toBe('failed');
+      started[1]!.resume();
+      await eventually(async () => (await lease()) === 'acknowledged', 5_000);
+      await eventually(async () => (await mark('replica-back')) === 'acknowledged', 5_000);
+    },
+  );
 
   it('a replica that left is waited for during lostReplicaWaitMs, then no longer', { timeout: 30_000 }, async () => {
     const primary = await master();

@@ -11,7 +11,7 @@ import { startClusterTopology } from './support/topologies.js';
  * A third of the Cluster's slots move from one master to another (`redis-cli --cluster
  * reshard`, keys migrated with MIGRATE) under traffic through two sidecars: the same traffic and
  * counts as the failover tests (test/support/failover.ts). Clients follow MOVED and ASK; no
- * wrong answer, and the 503s it costs are counted and printed.
+ * wrong answer and no 503.
  */
 
 const REDIS_CLI = process.env.TOKENGATE_TEST_REDIS_CLI ?? '/usr/bin/redis-cli';
@@ -45,7 +45,7 @@ async function reshard(entry: string, from: string, to: string, slots: number): 
 }
 
 describe('Redis Cluster: slots migrate between masters under traffic', () => {
-  it('follows MOVED and ASK with no wrong answer, and counts the 503s', { timeout: 180_000 }, async () => {
+  it('follows MOVED and ASK with no wrong answer and no 503', { timeout: 180_000 }, async () => {
     const pair = await startFailoverSidecars('resharding', topology, upstream.url, sidecars);
     const { first } = pair;
     const { cluster } = topology;
@@ -78,20 +78,8 @@ describe('Redis Cluster: slots migrate between masters under traffic', () => {
     expect(report.unexpected).toEqual([]);
     expect(report.afterwards).toMatchObject({ validRefused: 0, revokedAccepted: 0 });
     expect(report.afterwards.valid).toBeGreaterThan(30);
-    // A bounded cost: under 1% of the requests answered 503 (a write that met ASK, a retried MOVED that failed again).
-    const requests = [
-      report.gateway.valid,
-      report.gateway.revoked,
-      report.gateway.unknown,
-      report.issuance,
-      report.revocations,
-      report.redemptions,
-      report.refreshes,
-      report.signIns,
-    ]
-      .flatMap((table) => Object.values(table))
-      .reduce((sum, count) => sum + count, 0);
-    expect(report.unavailable).toBeLessThanOrEqual(requests / 100);
+    // A migrating slot is no outage: a command that met ASK or MOVED is sent where the key is now.
+    expect(report.unavailable).toBe(0);
     // Traffic of every kind went on during the move.
     expect(report.gatewayWhileFailing.valid[200]).toBeGreaterThan(0);
     expect(report.issuance[200]).toBeGreaterThan(0);

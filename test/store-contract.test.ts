@@ -126,7 +126,7 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
 
   it('answers ping', async () => {
     await expect(store.ping()).resolves.toBeUndefined();
-    expect(store.driver).toBe(driver);
+    expect(store.backend.driver).toBe(driver);
   });
 
   it('keeps applications, lists them and deletes them', async () => {

@@ -40,7 +40,7 @@ export function cacheHitDpop(oneCoreTokengate: Row['tier']): Row {
       // Read the token into the cache first, so the row measures the cached path.
       const warm = await fetch(`${tier.url}${DPOP_PATH}`, { headers: { authorization: `DPoP ${token}`, dpop: proofs() } });
       if (warm.status !== 200) throw new Error(`the DPoP warm-up request was answered ${warm.status}`);
-      bench.results.dpopStoreCommands = { commands: -(await commandsExecuted(bench.redis.store.client)), requests: -(await dpopRequests(tier.opsUrl!)) };
+      bench.results.dpopStoreCommands = { commands: -(await commandsExecuted(bench.redis.store.backend)), requests: -(await dpopRequests(tier.opsUrl!)) };
       return {
         request: { method: 'GET', path: DPOP_PATH, setupRequest: (request) => ({ ...request, headers: { authorization: `DPoP ${token}`, dpop: proofs() } }) },
         warmsUp: true,
@@ -49,7 +49,7 @@ export function cacheHitDpop(oneCoreTokengate: Row['tier']): Row {
     async finish(bench, tier) {
       // Both counts include the warm-up's requests: every DPoP request tokengate answered since traffic().
       const counted = bench.results.dpopStoreCommands!;
-      counted.commands += await commandsExecuted(bench.redis.store.client);
+      counted.commands += await commandsExecuted(bench.redis.store.backend);
       counted.requests += await dpopRequests(tier.opsUrl!);
     },
   };

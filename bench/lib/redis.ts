@@ -1,9 +1,10 @@
 import { spawnSync } from 'node:child_process';
+import type { RedisDoor } from '../../src/store/backend.js';
 import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
 
 /** Commands Redis has executed so far (INFO commandstats), the INFO itself not counted. */
-export async function commandsExecuted(client: { info(section: 'commandstats'): Promise<string> }): Promise<number> {
-  const stats = await client.info('commandstats');
+export async function commandsExecuted(door: Pick<RedisDoor, 'read'>): Promise<number> {
+  const stats = await door.read<string>('info', 'commandstats');
   let calls = 0;
   for (const match of stats.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)) if (match[1] !== 'info') calls += Number(match[2]);
   return calls;

@@ -191,12 +191,12 @@ export const forgedFlood: Row = {
     const next = rotation(unknownTokens(createTokenMinter(decodeTagKey(generateTagKey())), 10_000));
     // The warm-up sends the run's stored token: read it into the cache now, before counting.
     await (await fetch(`${tier.url}${ME}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
-    const before = await commandsExecuted(bench.redis.store.client);
+    const before = await commandsExecuted(bench.redis.store.backend);
     bench.results.forgedStoreCalls = -before;
     return { request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) }, expectedStatus: 401 };
   },
   async finish(bench) {
-    bench.results.forgedStoreCalls! += await commandsExecuted(bench.redis.store.client);
+    bench.results.forgedStoreCalls! += await commandsExecuted(bench.redis.store.backend);
   },
 };
 
@@ -376,11 +376,11 @@ export const rateLimitCommands: Row = {
   async traffic(bench, tier) {
     // The token is cached and the application's tier read before counting starts.
     await (await fetch(`${tier.url}${RATE_LIMITED}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
-    bench.results.rateLimitCommandsPer1k = -(await commandsExecuted(bench.redis.store.client));
+    bench.results.rateLimitCommandsPer1k = -(await commandsExecuted(bench.redis.store.backend));
     return { request: { ...bench.me, path: RATE_LIMITED } };
   },
   async finish(bench, _tier, result) {
-    const commands = bench.results.rateLimitCommandsPer1k! + (await commandsExecuted(bench.redis.store.client));
+    const commands = bench.results.rateLimitCommandsPer1k! + (await commandsExecuted(bench.redis.store.backend));
     // Every request of the windows: the warm-up's (GET /api/public/me, cached) cost no command.
     bench.results.rateLimitCommandsPer1k = (commands * 1000) / result.load.requests;
   },

@@ -1,5 +1,5 @@
 import type { DpopConfig } from '../config/schema.js';
-import type { Store } from '../store/store.js';
+import type { Backend } from '../store/backend.js';
 import { NonceIssuer } from './nonce.js';
 import type { ProofWindow } from './proof.js';
 import { proofMarksFor, ReplayGuard } from './replay.js';
@@ -13,14 +13,14 @@ export interface Dpop {
   readonly tokenEndpointNonce: boolean;
 }
 
-/** `store`: the store as opened (not the cache); `tagKey`: the deployment's shared token tag key, from which nonces are keyed. */
-export function createDpop(config: DpopConfig, store: Store, tagKey: Buffer): Dpop {
+/** `backend`: where the replay marks live; `tagKey`: the deployment's shared token tag key, from which nonces are keyed. */
+export function createDpop(config: DpopConfig, backend: Backend, tagKey: Buffer): Dpop {
   const window = { maxAgeSeconds: config.proofMaxAgeSeconds, clockSkewSeconds: config.clockSkewSeconds };
   // A proof is accepted while its iat is within [now - maxAge - skew, now + skew]: its mark must outlive that.
   const markMs = (config.proofMaxAgeSeconds + 2 * config.clockSkewSeconds) * 1000;
   return {
     window,
-    replay: new ReplayGuard(proofMarksFor(store), markMs, config.replayCacheEntries),
+    replay: new ReplayGuard(proofMarksFor(backend), markMs, config.replayCacheEntries),
     nonces: new NonceIssuer(tagKey, config.nonceLifetimeSeconds * 1000),
     tokenEndpointNonce: config.tokenEndpointNonce,
   };

@@ -1,7 +1,6 @@
 import { hash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
-import { RedisStore } from '../store/redis.js';
-import { StoreUnavailableError, type Store } from '../store/store.js';
+import type { Backend, RedisDoor } from '../store/backend.js';
 
 /**
  * Where a proof's `jti` is marked as used, shared by every sidecar: a proof replayed on another
@@ -14,28 +13,33 @@ export interface ProofMarks {
 
 /**
  * Redis: `SET <prefix>dpop-jti:<digest> 1 PX <window> NX`, one command on one key (any slot of a
- * Cluster). Not followed by WAIT even when store.waitForReplicas is set: a failover within a
- * window could forget the marks of the last moments, which a proof's short life bounds, and
- * waiting for replicas on every DPoP request would cost a second round trip.
+ * Cluster), a write like any other: confirmed by the replicas a failover could promote, so a
+ * promotion cannot forget a mark and let its proof be used again within its window.
  */
-export function redisProofMarks(store: RedisStore): ProofMarks {
-  const prefix = `${store.keyPrefix}dpop-jti:`;
+export function redisProofMarks(door: RedisDoor): ProofMarks {
   return {
     async markFirstUse(key, ttlMs) {
-      try {
-        return (await store.client.set(`${prefix}${key}`, '1', 'PX', ttlMs, 'NX')) === 'OK';
-      } catch (error) {
-        throw new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
-      }
+      return (await door.write<string | null>('set', door.key(`dpop-jti:${key}`), '1', 'PX', ttlMs, 'NX')) === 'OK';
     },
   };
 }
 
-/** Any other store (the memory store of a single instance): its own atomic counter, first increment = first use. */
-export function counterProofMarks(store: Store): ProofMarks {
+/** One process (the memory store of a single instance): every mark until its window ends. */
+export function memoryProofMarks(): ProofMarks {
+  const expiries = new Map<string, number>();
+  let sweepAt = 0;
   return {
-    async markFirstUse(key, ttlMs) {
-      return (await store.incrementCounter(`dpop-jti:${key}`, ttlMs)) === 1;
+    markFirstUse(key, ttlMs) {
+      const now = Date.now();
+      // Expired marks go at most once per window: the map holds one window's proofs, as Redis does.
+      if (now >= sweepAt) {
+        for (const [mark, expiresAt] of expiries) if (expiresAt <= now) expiries.delete(mark);
+        sweepAt = now + ttlMs;
+      }
+      const expiresAt = expiries.get(key);
+      if (expiresAt !== undefined && expiresAt > now) return Promise.resolve(false);
+      expiries.set(key, now + ttlMs);
+      return Promise.resolve(true);
     },
   };
 }
@@ -68,7 +72,7 @@ export class ReplayGuard {
   }
 }
 
-/** The replay marks of `store`: Redis commands of their own for a Redis store, its counters otherwise. */
-export function proofMarksFor(store: Store): ProofMarks {
-  return store instanceof RedisStore ? redisProofMarks(store) : counterProofMarks(store);
+/** The replay marks of a backend: in Redis, shared by every sidecar, or in this process. */
+export function proofMarksFor(backend: Backend): ProofMarks {
+  return backend.driver === 'redis' ? redisProofMarks(backend) : memoryProofMarks();
 }

@@ -19,7 +19,7 @@ export interface WorkerReadiness {
 
 /** What readiness asks of the store. */
 export interface StoreProbe {
-  readonly driver: string;
+  readonly backend: { readonly driver: string };
   ping(): Promise<void>;
 }
 
@@ -34,7 +34,7 @@ export async function registerHealth(ops: FastifyInstance, store: StoreProbe, me
   // and its own store connection answers).
   ops.get('/readyz', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
-    const driver = store.driver;
+    const driver = store.backend.driver;
     try {
       await store.ping();
       metrics.storeUp.set(1);

@@ -50,6 +50,13 @@ export function createMetrics() {
       labelNames: ['result'] as const,
       registers,
     }),
+    configLastReloadSuccessful: new Gauge({
+      name: 'tokengate_config_last_reload_successful',
+      help: '1 when the last config reload applied (or none was tried since start), 0 when it failed and the file on disk is not the config in effect.',
+      // With several workers, 0 when any worker refused the file.
+      aggregator: 'min',
+      registers,
+    }),
     rateLimited: new Counter({
       name: 'tokengate_rate_limited_total',
       help: 'Requests refused 429 by a rate limit policy, by route, policy and reason (rate_limited or quota_exceeded), on the gateway and the decision listener.',

@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import type { Cluster, Redis } from 'ioredis';
+import type { Backend, RedisDoor } from '../store/backend.js';
 import type { Policy } from './policies.js';
 import { LEASE_SCRIPT } from './lease-script.js';
 
@@ -34,20 +33,21 @@ export interface LeaseSource {
   lease(key: string, policy: Policy, request: LeaseRequest): Promise<LeaseAnswer>;
 }
 
-type RedisClient = Redis | Cluster;
+/** The leases of a backend: from Redis, shared by every sidecar, or this process's own. */
+export function leasesFor(backend: Backend): LeaseSource {
+  return backend.driver === 'redis' ? new RedisLeases(backend) : new MemoryLeases();
+}
 
 /** Leases from Redis: one script call per lease, on the bucket's one key. */
 export class RedisLeases implements LeaseSource {
-  private readonly sha = createHash('sha1').update(LEASE_SCRIPT).digest('hex');
-
-  constructor(
-    private readonly redis: RedisClient,
-    private readonly keyPrefix: string,
-  ) {}
+  constructor(private readonly door: RedisDoor) {
+    door.defineScript('rateLimitLease', { numberOfKeys: 1, lua: LEASE_SCRIPT });
+  }
 
   async lease(key: string, policy: Policy, request: LeaseRequest): Promise<LeaseAnswer> {
-    const args = [
-      this.keyPrefix + key,
+    const reply = await this.door.write<number[]>(
+      'rateLimitLease',
+      this.door.key(key),
       policy.intervalMs,
       policy.burst,
       request.want,
@@ -56,15 +56,7 @@ export class RedisLeases implements LeaseSource {
       policy.perHour,
       policy.perDay,
       SHARE_DECAY_MS,
-    ];
-    let reply: number[];
-    try {
-      reply = (await this.redis.evalsha(this.sha, 1, ...args)) as number[];
-    } catch (error) {
-      // The server has not cached the script yet (first use, a restart, a failover): send it whole once.
-      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      reply = (await this.redis.eval(LEASE_SCRIPT, 1, ...args)) as number[];
-    }
+    );
     return answerOf(reply);
   }
 }

@@ -116,8 +116,8 @@ export class CachedStore implements Store {
     this.subscribed = this.subscribe();
   }
 
-  get driver(): Store['driver'] {
-    return this.store.driver;
+  get backend(): Store['backend'] {
+    return this.store.backend;
   }
 
   private async subscribe(): Promise<void> {

@@ -1,3 +1,4 @@
+import { MEMORY_BACKEND } from './backend.js';
 import type {
   AccessTokenRecord,
   ApplicationRecord,
@@ -68,7 +69,7 @@ const SWEEP_INTERVAL_MS = 30_000;
  * `redis` driver as soon as there is more than one sidecar.
  */
 export class MemoryStore implements Store {
-  readonly driver = 'memory' as const;
+  readonly backend = MEMORY_BACKEND;
   private readonly applications = new Map<string, ApplicationRecord>();
   private readonly users = new Map<string, UserRecord>();
   private readonly userIdsByEmail = new Map<string, string>();

@@ -1,4 +1,5 @@
-import type { Cluster, RedisOptions } from 'ioredis';
+import type { Argument, RedisDoor } from './backend.js';
+import { IoredisDoor, type RedisDoorOptions } from './redis-door.js';
 import type {
   AccessTokenRecord,
   ApplicationRecord,
@@ -11,10 +12,7 @@ import type {
   Store,
   UserRecord,
 } from './store.js';
-import { REVOKED_MARK_MS, StoreUnavailableError } from './store.js';
-import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
-import { ReplicaCounts, masterFor } from './redis-replicas.js';
-import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
+import { REVOKED_MARK_MS } from './store.js';
 
 /**
  * Key layout (every key under `keyPrefix`, the same on one server, Sentinel and Cluster):
@@ -180,142 +178,31 @@ const SCRIPTS = {
   deleteIfEqual: { numberOfKeys: 1, lua: DELETE_IF_EQUAL },
 } as const;
 
-type Argument = string | number;
-/** A command by name, as the writes below send them (the defined scripts included). */
-type CommandSender = Record<string, (...args: Argument[]) => Promise<unknown>>;
-type PipelineBuilder = Record<string, (...args: Argument[]) => unknown> & { exec(): Promise<Array<[Error | null, unknown]> | null> };
+export type RedisStoreOptions = RedisDoorOptions;
 
-/** `store.lostReplicaWaitMs`'s default: the longest a lost replica stays promotable with Redis's defaults (Sentinel's). */
-const LOST_REPLICA_WAIT_MS = 300_000;
-
-export interface RedisStoreOptions {
-  connection: RedisConnection;
-  keyPrefix: string;
-  commandTimeoutMs: number;
-  connectTimeoutMs: number;
-  /** Replicas that must confirm each write (WAIT) before the store relies on it; 0: none. */
-  waitForReplicas: number;
-  /** How long a replica that left its master is still waited for (ReplicaCounts); `store.lostReplicaWaitMs` by default. */
-  lostReplicaWaitMs?: number;
-}
-
+/** The store's records in Redis, through the door (./redis-door.ts) every room shares. */
 export class RedisStore implements Store {
-  readonly driver = 'redis' as const;
-  /** Reads, and writes when no replica must confirm them. */
-  private readonly redis: RedisClient;
-  /**
-   * Writes followed by WAIT. A client waiting on WAIT is answered nothing else until its
-   * replicas confirm, so they get connections of their own and reads never queue behind them.
-   */
-  private readonly writer: RedisClient;
-  /** How many replicas each master's writes wait for; null when none are. */
-  private readonly replicaCounts: ReplicaCounts | null;
-  private readonly prefix: string;
+  readonly backend: RedisDoor;
+  private readonly door: RedisDoor;
   private readonly channel: string;
-  private readonly feeds = new Set<FeedConnection>();
-  private lastError: Error | null = null;
 
-  constructor(private readonly options: RedisStoreOptions) {
-    this.prefix = options.keyPrefix;
-    this.channel = `${options.keyPrefix}revocations`;
-    this.redis = this.createClient();
-    this.writer = options.waitForReplicas > 0 ? this.createClient() : this.redis;
-    this.replicaCounts = options.waitForReplicas > 0 ? new ReplicaCounts(options.waitForReplicas, options.lostReplicaWaitMs ?? LOST_REPLICA_WAIT_MS) : null;
+  constructor(options: RedisStoreOptions) {
+    this.door = this.backend = new IoredisDoor(options);
+    for (const [name, script] of Object.entries(SCRIPTS)) this.door.defineScript(name, script);
+    this.channel = this.door.key('revocations');
   }
 
-  private createClient(): RedisClient {
-    const client = createRedisClient(this.options.connection, this.connectionOptions(), {
-      // A command for a node that is down fails at once (503) instead of being retried behind
-      // the caller's back; a lost node, a redirect (run) and a timer every second make the
-      // client re-read the slot map, so a promoted replica is used soon after its promotion.
-      retryDelayOnFailover: 0,
-      // No offline queue even before the first connection: no command timeout applies there
-      // (ioredis sets it per node), so a command would wait without a bound, and one that a
-      // caller gave up on would still run once the cluster is reached.
-      enableOfflineQueue: false,
-      retryDelayOnClusterDown: 0,
-      retryDelayOnTryAgain: 0,
-      slotsRefreshInterval: 1_000,
-      slotsRefreshTimeout: this.options.commandTimeoutMs,
-      enableAutoPipelining: true,
-      clusterRetryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2_000),
-    });
-    for (const name of Object.keys(SCRIPTS) as Array<keyof typeof SCRIPTS>) client.defineCommand(name, SCRIPTS[name]);
-    // Errors surface on the commands that hit them; the client's own event would crash the
-    // process. The last one is kept for the message when the store cannot be reached at start.
-    client.on('error', (error: Error) => (this.lastError = error));
-    if (isCluster(client)) {
-      client.on('node error', (error: Error) => (this.lastError = error));
-      client.on('-node', () => client.refreshSlotsCache());
-    }
-    // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
-    // store on one server or Sentinel is usable as soon as it is built. From then on a command sent while disconnected
-    // fails at once: the gateway answers 503 now instead of after commandTimeout, nothing piles
-    // up during an outage, and nothing is replayed on reconnect (ioredis keeps a command that
-    // timed out in the offline queue and still sends it when Redis returns, so a write whose
-    // caller was told it failed would be applied after all).
-    client.once('ready', () => {
-      client.options.enableOfflineQueue = false;
-    });
-    return client;
-  }
-
-  private connectionOptions(): RedisOptions {
-    return {
-      // Commands a miss sends in the same tick go out in one round trip.
-      enableAutoPipelining: true,
-      commandTimeout: this.options.commandTimeoutMs,
-      connectTimeout: this.options.connectTimeoutMs,
-      // Keep retrying a lost connection for ever (recovery is automatic) but never let a command
-      // wait longer than commandTimeout: the gateway answers 503 instead of hanging.
-      maxRetriesPerRequest: 1,
-      retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2_000),
-      // A command written before the connection dropped has failed for its caller by then
-      // (commandTimeout); re-sending it after the reconnect would apply it behind their back.
-      autoResendUnfulfilledCommands: false,
-      lazyConnect: false,
-      connectionName: 'tokengate',
-    };
-  }
-
-  /** The underlying client (reads), for health checks and tests. */
-  get client(): RedisClient {
-    return this.redis;
-  }
-
-  /** The prefix of every key of this store (features that keep keys of their own put them under it too). */
-  get keyPrefix(): string {
-    return this.prefix;
-  }
-
-  /** The last connection error ioredis reported, for the message when the store cannot be reached at start. */
+  /** The last connection error Redis reported, for the message when the store cannot be reached at start. */
   get lastConnectionError(): Error | null {
-    return this.lastError;
+    return this.door.lastConnectionError;
   }
 
-  async ping(): Promise<void> {
-    await this.run(() => Promise.all(this.clients().map((client) => client.ping())));
+  ping(): Promise<void> {
+    return this.door.ping();
   }
 
-  private clients(): RedisClient[] {
-    return this.writer === this.redis ? [this.redis] : [this.redis, this.writer];
-  }
-
-  /** Every master answers (a Cluster is usable only when each of its masters is); one PING elsewhere. */
-  async pingEveryMaster(): Promise<void> {
-    const redis = this.redis;
-    if (!isCluster(redis)) return this.ping();
-    if (redis.status !== 'ready') throw new StoreUnavailableError('the cluster client is not connected');
-    const masters = redis.nodes('master');
-    if (masters.length === 0) throw new StoreUnavailableError('no cluster master is known');
-    await this.run(() => Promise.all(masters.map((master) => master.ping())));
-  }
-
-  async close(): Promise<void> {
-    // Forgotten first, so their closing is not reported to the feeds as an interruption.
-    for (const feed of this.feeds) feed.close();
-    this.feeds.clear();
-    await Promise.all(this.clients().map((client) => client.quit().catch(() => client.disconnect())));
+  close(): Promise<void> {
+    return this.door.close();
   }
 
   async putApplication(app: ApplicationRecord): Promise<void> {
@@ -325,7 +212,7 @@ export class RedisStore implements Store {
   }
 
   async getApplication(clientId: string): Promise<ApplicationRecord | null> {
-    return parse<ApplicationRecord>(await this.read(() => this.redis.get(this.key('app', clientId))));
+    return parse<ApplicationRecord>(await this.read<string | null>('get', this.key('app', clientId)));
   }
 
   async listApplications(): Promise<ApplicationRecord[]> {
@@ -352,11 +239,11 @@ export class RedisStore implements Store {
   }
 
   async getUser(id: string): Promise<UserRecord | null> {
-    return parse<UserRecord>(await this.read(() => this.redis.get(this.key('user', id))));
+    return parse<UserRecord>(await this.read<string | null>('get', this.key('user', id)));
   }
 
   async findUserByEmail(email: string): Promise<UserRecord | null> {
-    const id = await this.read(() => this.redis.get(this.key('user-email', email)));
+    const id = await this.read<string | null>('get', this.key('user-email', email));
     return id === null ? null : this.getUser(id);
   }
 
@@ -389,7 +276,7 @@ export class RedisStore implements Store {
   }
 
   async getAccessToken(digest: string): Promise<AccessTokenRecord | null> {
-    return parse<AccessTokenRecord>(await this.read(() => this.redis.get(this.key('at', digest))));
+    return parse<AccessTokenRecord>(await this.read<string | null>('get', this.key('at', digest)));
   }
 
   async saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {
@@ -397,7 +284,7 @@ export class RedisStore implements Store {
   }
 
   async getRefreshToken(digest: string): Promise<RefreshTokenRecord | null> {
-    const [record, used] = await this.read(() => this.redis.hmget(this.key('rt', digest), 'r', 'used'));
+    const [record, used] = await this.read<Array<string | null>>('hmget', this.key('rt', digest), 'r', 'used');
     return used === '1' ? null : parse<RefreshTokenRecord>(record ?? null);
   }
 
@@ -426,59 +313,15 @@ export class RedisStore implements Store {
     return this.revokeIndexed(this.key('idx:client', clientId), false);
   }
 
-  async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
-    const redis = this.redis;
-    const connection: FeedConnection = isCluster(redis)
-      ? new ShardFeedConnection(redis, this.channel, { ...clusterNodeOptions(this.options.connection), connectTimeout: this.options.connectTimeoutMs })
-      : new ClassicFeedConnection(redis, this.channel);
-    this.feeds.add(connection);
-    // Interrupted from the moment the subscription drops. Back (onReset) once it is answered
-    // again AND the store answers commands: a cache that drops everything while it cannot read
-    // the store would turn tokens it could still vouch for into 503s.
-    let up = false;
-    let attempt = 0;
-    connection.onMessage = (message) => {
-      const event = parse<RevocationEvent>(message);
-      if (event !== null && Array.isArray(event.accessTokens)) feed.onRevoked(event);
-    };
-    connection.onDown = () => {
-      if (!up) return;
-      up = false;
-      feed.onInterrupted();
-    };
-    connection.onResubscribed = () => {
-      const mine = ++attempt;
-      void this.untilAnswering(() => mine === attempt && this.feeds.has(connection) && connection.subscribed).then((answering) => {
-        if (!answering || up) return;
-        up = true;
-        feed.onReset();
-      });
-    };
-    try {
-      await connection.start();
-    } catch (error) {
-      this.feeds.delete(connection);
-      connection.close();
-      throw new StoreUnavailableError(`redis: the revocation feed did not start: ${(error as Error).message}`, { cause: error });
-    }
-    up = true;
-    return async () => {
-      this.feeds.delete(connection);
-      connection.close();
-    };
-  }
-
-  /** Pings until the store answers (true) or `wanted` turns false (false). */
-  private async untilAnswering(wanted: () => boolean): Promise<boolean> {
-    for (let pause = 50; wanted(); pause = Math.min(pause * 2, 1_000)) {
-      try {
-        await this.pingEveryMaster();
-        return wanted();
-      } catch {
-        await new Promise((resolve) => setTimeout(resolve, pause));
-      }
-    }
-    return false;
+  subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
+    return this.door.subscribe(this.channel, {
+      onMessage(message) {
+        const event = parse<RevocationEvent>(message);
+        if (event !== null && Array.isArray(event.accessTokens)) feed.onRevoked(event);
+      },
+      onInterrupted: () => feed.onInterrupted(),
+      onReset: () => feed.onReset(),
+    });
   }
 
   async incrementCounter(key: string, windowMs: number): Promise<number> {
@@ -503,7 +346,7 @@ export class RedisStore implements Store {
   }
 
   async getSession(digest: string): Promise<SessionRecord | null> {
-    return parse<SessionRecord>(await this.read(() => this.redis.get(this.key('session', digest))));
+    return parse<SessionRecord>(await this.read<string | null>('get', this.key('session', digest)));
   }
 
   async deleteSession(digest: string): Promise<void> {
@@ -511,7 +354,7 @@ export class RedisStore implements Store {
   }
 
   private key(kind: string, id?: string): string {
-    return id === undefined ? `${this.prefix}${kind}` : `${this.prefix}${kind}:${id}`;
+    return this.door.key(id === undefined ? kind : `${kind}:${id}`);
   }
 
   private indexKeys(record: { clientId: string; userId: string | null; familyId: string | null }): string[] {
@@ -536,16 +379,16 @@ export class RedisStore implements Store {
     const now = Date.now();
     if (record.expiresAt <= now) return;
     const indexes = this.indexKeys(record);
-    const recordKey = `${this.prefix}${member}`;
+    const recordKey = this.door.key(member);
     const payload = JSON.stringify(record);
-    if (!isCluster(this.redis)) {
+    if (!this.door.cluster) {
       await this.write('saveIndexed', 1 + indexes.length, recordKey, ...indexes, member, record.expiresAt, now, kind, payload);
       return;
     }
     const joined = await Promise.all(indexes.map((index) => this.write<number>('indexAdd', index, member, record.expiresAt, now)));
     if (joined.includes(0)) return;
     await this.write('saveRecord', recordKey, kind, payload, record.expiresAt);
-    const still = await Promise.all(indexes.map((index) => this.read(() => this.send<number>(this.redis, 'isMember', index, member))));
+    const still = await Promise.all(indexes.map((index) => this.read<number>('isMember', index, member)));
     if (still.includes(0)) await this.write('del', recordKey);
   }
 
@@ -557,121 +400,33 @@ export class RedisStore implements Store {
    */
   private async revokeIndexed(indexKey: string, forGood: boolean): Promise<number> {
     const markFloor = Date.now() + REVOKED_MARK_MS;
-    if (!isCluster(this.redis)) return this.write<number>('revoke', indexKey, forGood ? '1' : '0', markFloor, this.prefix, this.channel, Date.now());
+    if (!this.door.cluster) return this.write<number>('revoke', indexKey, forGood ? '1' : '0', markFloor, this.door.key(''), this.channel, Date.now());
     return this.removeMembers(await this.write<string[]>('revokeIndex', indexKey, forGood ? '1' : '0', markFloor));
   }
 
   private async removeMembers(members: string[]): Promise<number> {
-    if (!isCluster(this.redis)) return this.write<number>('revoke', '', '0', 0, this.prefix, this.channel, Date.now(), ...members);
-    const removed = await Promise.all(members.map((member) => this.write<number>('del', `${this.prefix}${member}`)));
+    if (!this.door.cluster) return this.write<number>('revoke', '', '0', 0, this.door.key(''), this.channel, Date.now(), ...members);
+    const removed = await Promise.all(members.map((member) => this.write<number>('del', this.door.key(member))));
     // Announced even when already gone here: another sidecar may still cache them.
     const accessTokens = members.filter((member) => member.startsWith('at:')).map((member) => member.slice(3));
-    if (accessTokens.length > 0) await this.publish({ accessTokens, publishedAt: Date.now() });
+    if (accessTokens.length > 0) await this.door.publish(this.channel, JSON.stringify({ accessTokens, publishedAt: Date.now() } satisfies RevocationEvent));
     return removed.reduce((sum, count) => sum + count, 0);
   }
 
-  /**
-   * On a Cluster the channel is sharded: the message goes to the master of the channel's slot
-   * alone, which every sidecar subscribes to (docs/store.md explains the choice).
-   */
-  private async publish(event: RevocationEvent): Promise<void> {
-    const message = JSON.stringify(event);
-    await this.run(() => (this.redis as Cluster).spublish(this.channel, message));
-  }
-
   private async listRecords<T>(setName: string, kind: string): Promise<T[]> {
-    const ids = await this.read(() => this.redis.smembers(this.key(setName)));
+    const ids = await this.read<string[]>('smembers', this.key(setName));
     // One GET per record, not MGET: on a Cluster the records live on different slots.
-    const values = await Promise.all(ids.map((id) => this.read(() => this.redis.get(this.key(kind, id)))));
+    const values = await Promise.all(ids.map((id) => this.read<string | null>('get', this.key(kind, id))));
     return values.map((value) => parse<T>(value)).filter((record): record is T & {} => record !== null);
   }
 
-  private read<T>(command: () => Promise<T>): Promise<T> {
-    return this.run(command);
+  private read<T>(command: string, ...args: Argument[]): Promise<T> {
+    return this.door.read<T>(command, ...args);
   }
 
-  /**
-   * One write of one key. With replicas to wait for, it goes out with WAIT on the same
-   * connection, and counts only once the replicas its master could lose it to hold it
-   * (redis-replicas.ts says which): a failover then cannot lose it. A write applied on the master
-   * but not confirmed in time fails for its caller (503), like a write that never arrived: the
-   * caller never relies on it.
-   */
   private write<T = unknown>(command: string, ...args: Argument[]): Promise<T> {
-    if (this.replicaCounts === null) return this.run(() => this.send<T>(this.redis, command, ...args));
-    return this.run(() => this.confirmedWrite<T>(this.replicaCounts!, command, args), this.writer);
+    return this.door.write<T>(command, ...args);
   }
-
-  /**
-   * The write, then WAIT for the replicas its master had when last asked, then INFO replication
-   * from the same master: the answer that decides. A replica that came into sync meanwhile may
-   * have missed the write, so it is waited for too before the write counts.
-   */
-  private async confirmedWrite<T>(counts: ReplicaCounts, command: string, args: Argument[]): Promise<T> {
-    const timeout = this.options.commandTimeoutMs;
-    const master = masterFor(this.writer, firstKey(command, args));
-    let required = master === null ? undefined : counts.required(master.address);
-    if (master !== null && required === undefined) required = counts.observe(master.address, await master.connection.info('replication'));
-    required ??= this.options.waitForReplicas;
-    const pipeline = this.writer.pipeline() as unknown as PipelineBuilder;
-    pipeline[command]!(...args);
-    pipeline.wait!(required, timeout);
-    pipeline.info!('replication');
-    const results = await pipeline.exec();
-    if (results === null) throw new Error('the write was discarded');
-    const [[writeError, value], [waitError, waited], [infoError, info]] = results as [[Error | null, T], [Error | null, number], [Error | null, string]];
-    if (writeError !== null) throw writeError;
-    if (waitError !== null) throw waitError;
-    if (infoError !== null) throw infoError;
-    // The master that answered, whichever the client sent it to.
-    const answered = masterFor(this.writer, firstKey(command, args));
-    const needed = counts.observe(answered?.address ?? '', info);
-    let acknowledged = waited;
-    if (acknowledged < needed && waited >= required && answered !== null) acknowledged = await answered.connection.wait(needed, timeout);
-    if (acknowledged < needed) throw new Error(`the write was not confirmed by ${needed} replica(s) within ${timeout} ms`);
-    return value;
-  }
-
-  private send<T>(client: RedisClient, command: string, ...args: Argument[]): Promise<T> {
-    return (client as unknown as CommandSender)[command]!(...args) as Promise<T>;
-  }
-
-  /**
-   * Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401.
-   * On a Cluster, a command that meets a slot's new owner (MOVED) in an auto-pipelined batch is
-   * handed back by ioredis rather than redirected (so is a write followed by WAIT, which the
-   * old master, a replica now, refuses); it was not executed, so it is sent once more after the
-   * client that sent it has read the slot map again.
-   */
-  private async run<T>(command: () => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
-    try {
-      return await command();
-    } catch (error) {
-      if (isCluster(redis) && /^MOVED /.test((error as Error).message ?? '')) {
-        await new Promise<void>((resolve) => redis.refreshSlotsCache(() => resolve()));
-        try {
-          return await command();
-        } catch (again) {
-          throw unavailable(again);
-        }
-      }
-      throw unavailable(error);
-    }
-  }
-}
-
-/** The key a write acts on: the first, after the key count of a script that takes several. */
-function firstKey(command: string, args: Argument[]): string | undefined {
-  const key = command === 'saveIndexed' ? args[1] : args[0];
-  return typeof key === 'string' ? key : undefined;
-}
-
-function unavailable(error: unknown): StoreUnavailableError {
-  return error instanceof StoreUnavailableError ? error : new StoreUnavailableError(`redis: ${(error as Error).message}`, { cause: error });
-}
-
-export function isCluster(client: RedisClient): client is Cluster {
-  return (client as Cluster).isCluster === true;
 }
 
 function parse<T>(value: string | null): T | null {

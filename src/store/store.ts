@@ -1,5 +1,6 @@
 import { TokengateError } from '../errors.js';
 import type { TokenKind } from '../token/kinds.js';
+import type { Backend } from './backend.js';
 
 /**
  * The token store: one interface, a memory implementation (single instance, the embedded
@@ -123,7 +124,8 @@ export type StoreHealth = 'up' | 'down';
 export const REVOKED_MARK_MS = 10 * 60_000;
 
 export interface Store {
-  readonly driver: 'memory' | 'redis';
+  /** Where the data lives: the rooms that keep keys of their own build on it (./backend.ts). */
+  readonly backend: Backend;
 
   /** Resolves when the store answers; rejects with StoreUnavailableError otherwise. */
   ping(): Promise<void>;
