@@ -30,7 +30,7 @@ export interface Settings {
   cpuProfileDir: string | null;
   /** Node flags for tokengate alone: BENCH_NODE_FLAGS when set (empty: none), else the image's NODE_OPTIONS, so the figures are those of what ships. */
   nodeFlags: string[];
-  /** BENCH_LOAD: autocannon (the default, in the harness's process) or wrk (a C program, where installed) for the rows that send one fixed request. */
+  /** BENCH_LOAD: wrk (a C program; the default where installed) or autocannon (in the harness's process; the default elsewhere) for the rows that send one fixed request. */
   loadGenerator: 'autocannon' | 'wrk';
 }
 
@@ -68,7 +68,8 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
 }
 
 function loadGenerator(value: string | undefined): Settings['loadGenerator'] {
-  if (value === undefined || value === '' || value === 'autocannon') return 'autocannon';
+  if (value === 'autocannon') return 'autocannon';
+  if (value === undefined || value === '') return wrkVersion() === null ? 'autocannon' : 'wrk';
   if (value !== 'wrk') throw new Error(`BENCH_LOAD is autocannon or wrk, not ${JSON.stringify(value)}`);
   if (wrkVersion() === null) throw new Error('BENCH_LOAD=wrk, but wrk is not installed (apt-get install -y wrk)');
   return 'wrk';
