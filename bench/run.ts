@@ -21,7 +21,9 @@ import {
   floor,
   forgedFlood,
   issuance,
+  nginxDecisionCache,
   nginxDecisions,
+  nginxProxy,
   rateLimitCommands,
   rateLimitOff,
   rateLimitOver,
@@ -44,7 +46,7 @@ import { ME } from './lib/tokengate-config.js';
  * scenario are measured in turns; a row added to a list is measured in turns with the others.
  */
 const SCENARIOS: Scenario[] = [
-  rowsInTurns('one-core', [direct, floor, bareProxy, nginxRedis, nginxLru, nginxDecisions, cacheHit, cacheMiss, clusterMiss]),
+  rowsInTurns('one-core', [direct, floor, bareProxy, nginxProxy, nginxRedis, nginxLru, nginxDecisions, nginxDecisionCache, cacheHit, cacheMiss, clusterMiss]),
   // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
   rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),

@@ -9,6 +9,7 @@ import { APPLICATION_TOKEN, countingStore, startUpstream, USER_TOKEN, type Upstr
 import { exchange, type WireResponse } from './support/ingress.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { observationsOf, valueOf } from './support/metrics.js';
+import { runCli, tempConfigs } from './support/cli.js';
 import { acceptsConnections, freePort } from './support/ports.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 
@@ -305,6 +306,103 @@ describe('the decision listener', () => {
     expect(reasons).not.toContain('upstream_timeout');
     expect(reasons).not.toContain('body_too_large');
     expect((await metrics.gatewayRequests.get()).values.map((value) => value.labels.reason)).not.toContain('unknown_endpoint');
+  });
+});
+
+describe('decisions an ingress may cache', () => {
+  const DEFAULT_SECONDS = 20;
+  let cacheable: RunningTokengate;
+  beforeAll(async () => {
+    cacheable = await startTokengate('decisions-cacheable', {
+      config: {
+        decisions: { enabled: true, cacheSeconds: DEFAULT_SECONDS },
+        rateLimits: { metered: { requestsPerSecond: 1_000, burst: 1_000 } },
+        routes: [
+          { path: '/api/bound', token: 'any', decisionCacheSeconds: 30 },
+          { path: '/api/default', token: 'any' },
+          { path: '/api/off', token: 'any', decisionCacheSeconds: 0 },
+          { path: '/api/metered', token: 'any', rateLimit: 'metered' },
+          { path: '/api/proof-required', token: 'any', dpop: 'required' },
+        ],
+      },
+    });
+  });
+  afterAll(async () => {
+    await cacheable?.close();
+  });
+
+  /** The cache mark and Cache-Control of one decision, asked on each endpoint (they must agree). */
+  async function marks(target: string, headers: Headers) {
+    const port = Number(new URL(cacheable.decisionsUrl!).port);
+    const seen = [];
+    for (const endpoint of ENDPOINTS) {
+      const answer = await decide(endpoint, 'GET', target, headers, port);
+      seen.push({ status: answer.status, seconds: answer.header('x-tokengate-cache-seconds'), cacheControl: answer.header('cache-control') });
+    }
+    expect(seen.slice(1)).toEqual([seen[0], seen[0]]);
+    return seen[0]!;
+  }
+
+  it("marks an admitting decision reusable for the route's bound, or the default, and never past the token's expiry", async () => {
+    const token = await cacheable.issue();
+    expect(await marks('/api/bound/x', [bearer(token)])).toEqual({ status: 200, seconds: '30', cacheControl: 'no-store' });
+    expect(await marks('/api/default', [bearer(token)])).toEqual({ status: 200, seconds: String(DEFAULT_SECONDS), cacheControl: 'no-store' });
+    expect(await marks('/api/off', [bearer(token)])).toEqual({ status: 200, seconds: null, cacheControl: 'no-store' });
+    // Whole seconds of the token's remaining life, rounded down; none when less than one is left.
+    const shortLived = await cacheable.issue({ expiresAt: Date.now() + 5_900 });
+    expect(await marks('/api/bound', [bearer(shortLived)])).toMatchObject({ status: 200, seconds: expect.stringMatching(/^[45]$/) });
+    const expiring = await cacheable.issue({ expiresAt: Date.now() + 900 });
+    expect(await marks('/api/bound', [bearer(expiring)])).toEqual({ status: 200, seconds: null, cacheControl: 'no-store' });
+  });
+
+  it('never marks a metered decision, a request with a DPoP header, or a refusal', async () => {
+    const token = await cacheable.issue();
+    expect(await marks('/api/metered', [bearer(token)])).toEqual({ status: 200, seconds: null, cacheControl: 'no-store' });
+    expect(await marks('/api/bound', [bearer(token), ['DPoP', 'x.y.z']])).toEqual({ status: 200, seconds: null, cacheControl: 'no-store' });
+    const refusals = [
+      await marks('/api/bound', [bearer(`${token.slice(0, -4)}AAAA`)]),
+      await marks('/api/bound', [bearer(cacheable.tokengate.context.minter.mint())]),
+      await marks('/api/bound', []),
+      await marks('/api/proof-required', [bearer(token)]),
+      await marks('/api/nowhere', [bearer(token)]),
+    ];
+    expect(refusals).toEqual([401, 401, 401, 401, 404].map((status) => ({ status, seconds: null, cacheControl: 'no-store' })));
+  });
+
+  it('refuses, in tokengate check, a bound on a route whose every request must be checked, naming the key and its line', async () => {
+    const configs = tempConfigs();
+    try {
+      const file = configs.write(
+        [
+          'store: { driver: memory }',
+          'decisions: { enabled: true, cacheSeconds: 30 }',
+          'rateLimits:',
+          '  partners: { requestsPerSecond: 5, burst: 10 }',
+          'routes:',
+          '  - path: /api/public/events',
+          '    rateLimit: partners',
+          '    decisionCacheSeconds: 10',
+          '  - path: /api/public/tickets',
+          '    dpop: required',
+          '    decisionCacheSeconds: 5',
+          '  - path: /api/public/me',
+          '    rateLimit: partners',
+          '    decisionCacheSeconds: 0',
+          '',
+        ].join('\n'),
+      );
+      const result = await runCli(['check', '--config', file]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(`${file} has 2 problems:`);
+      expect(result.stderr).toContain(
+        "routes[0].decisionCacheSeconds (line 8): an ingress may not cache this route's decisions: its rate limit (rateLimit: partners) must meter every request; remove the key or set 0",
+      );
+      expect(result.stderr).toContain(
+        "routes[1].decisionCacheSeconds (line 11): an ingress may not cache this route's decisions: with dpop: required every request carries a proof of its own, checked per request; remove the key or set 0",
+      );
+    } finally {
+      configs.remove();
+    }
   });
 });
 

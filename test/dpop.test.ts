@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { proofMarksFor } from '../src/dpop/replay.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { tokenDigest } from '../src/token/token-value.js';
-import { caddyfile, nginxConf } from '../examples/ingress/configs.mjs';
+import { caddyfile, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { caddyCommand, exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
 import { startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
@@ -497,6 +497,13 @@ describe('the gateway refuses, and forwards nothing', () => {
 
 const INGRESSES = [
   { name: 'nginx', example: 'nginx.conf', version: ['nginx', '-v'], config: nginxConf, command: nginxCommand },
+  {
+    name: 'nginx with the decision cache',
+    example: 'nginx-decision-cache.conf',
+    version: ['nginx', '-v'],
+    config: nginxDecisionCacheConf,
+    command: nginxCommand,
+  },
   { name: 'Caddy', example: 'Caddyfile', version: ['caddy', 'version'], config: caddyfile, command: caddyCommand },
 ] as const;
 
@@ -513,7 +520,8 @@ describe.each(INGRESSES)('the decision listener behind $name (examples/ingress/$
     decider = await startTokengate('dpop-decisions', {
       sharing: first,
       config: {
-        decisions: { enabled: true },
+        // /api/public/me's Bearer decisions may be cached; its DPoP requests must be checked each time.
+        decisions: { enabled: true, cacheSeconds: 60 },
         routes: [
           { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'] },
           { path: '/api/public/events', token: 'application', scopes: ['public'], dpop: 'required' },
@@ -559,6 +567,26 @@ describe.each(INGRESSES)('the decision listener behind $name (examples/ingress/$
     expect(replayed.json()).toMatchObject({ error: 'invalid_dpop_proof' });
     expect(replayed.header('www-authenticate')).toContain('DPoP realm="tokengate", error="invalid_dpop_proof"');
     expect(organizerApi.received.length).toBe(before + 1);
+  });
+
+  it('checks every DPoP request of a route whose Bearer decisions an ingress may cache: a replayed proof is refused', async () => {
+    const keys = await keyPair();
+    const client: oauth.Client = { client_id: 'cached-route' };
+    const token = await first.issue({ jkt: await oauth.DPoP(client, keys).calculateThumbprint() });
+    const asked = () => decider.tokengate.context.metrics.decisions.get().then((metric) => metric.values.reduce((sum, value) => sum + value.value, 0));
+    const before = await asked();
+    const headers: Array<[string, string]> = [
+      ['Authorization', `DPoP ${token}`],
+      ['DPoP', await proof(keys, { token, htu: 'http://ingress.test/api/public/me' })],
+    ];
+    const fresh = await exchange(ingress.port, 'GET', '/api/public/me', [
+      ['Authorization', `DPoP ${token}`],
+      ['DPoP', await proof(keys, { token, htu: 'http://ingress.test/api/public/me' })],
+    ]);
+    expect([fresh.status, (await exchange(ingress.port, 'GET', '/api/public/me', headers)).status]).toEqual([200, 200]);
+    const replayed = await exchange(ingress.port, 'GET', '/api/public/me', headers);
+    expect([replayed.status, replayed.json()]).toMatchObject([401, { error: 'invalid_dpop_proof' }]);
+    expect((await asked()) - before).toBe(3);
   });
 
   it('refuses a proof for another URL, a Bearer token on a DPoP route and a bound token as Bearer, none reaching an API', async () => {

@@ -1,9 +1,10 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { caddyfile, EXAMPLE_ADDRESSES, nginxConf } from '../examples/ingress/configs.mjs';
+import { createHash } from 'node:crypto';
+import { caddyfile, EXAMPLE_ADDRESSES, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { IDENTITY_HEADERS } from '../examples/ticketing-api/server.mjs';
 import { parseConfig } from '../src/config/load.js';
 import { DECISION_KEEP_ALIVE_MS } from '../src/decisions/index.js';
@@ -16,6 +17,7 @@ import { ROOT } from './support/markdown.js';
 import { PATH_ATTEMPTS, PATH_ROUTES } from './support/path-attempts.js';
 import { freePort } from './support/ports.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
+import { sleep } from './support/wait.js';
 
 /**
  * Real ingresses with the examples of examples/ingress (only their addresses changed) in front
@@ -50,13 +52,24 @@ interface IngressKind {
   readonly version: [string, string];
   readonly config: typeof nginxConf;
   readonly command: typeof nginxCommand | typeof caddyCommand;
+  /** A module the example loads, and the Debian package that has it. */
+  readonly module?: { file: string; apt: string };
 }
 const NGINX: IngressKind = { name: 'nginx', version: ['nginx', '-v'], config: nginxConf, command: nginxCommand };
+const NGINX_DECISION_CACHE: IngressKind = {
+  name: 'nginx with the decision cache',
+  version: ['nginx', '-v'],
+  config: nginxDecisionCacheConf,
+  command: nginxCommand,
+  module: { file: '/usr/lib/nginx/modules/ngx_http_lua_module.so', apt: 'libnginx-mod-http-lua' },
+};
 const CADDY: IngressKind = { name: 'Caddy', version: ['caddy', 'version'], config: caddyfile, command: caddyCommand };
 
 /** The kind's example, in front of the APIs, asking `decisions` (host:port). */
 function startExample(kind: IngressKind, decisions: string, edit: (config: string) => string = (config) => config): Promise<Ingress> {
   if (!installed(...kind.version)) throw new Error(`${kind.version[0]} is not installed: apt-get install -y ${kind.version[0]} (.ci/run installs it)`);
+  if (kind.module !== undefined && !existsSync(kind.module.file))
+    throw new Error(`${kind.module.file} is not installed: apt-get install -y ${kind.module.apt} (.ci/run installs it)`);
   return startIngress(
     kind.version[0],
     (ingress) => edit(kind.config({ ingress, decisions, userApi: userApi.address, organizerApi: organizerApi.address })),
@@ -71,7 +84,7 @@ function addressOf(url: string): string {
 beforeAll(async () => {
   [userApi, organizerApi] = await Promise.all([startTicketingApi('user'), startTicketingApi('organizer')]);
   tokengate = await startTokengate('ingress', { config: { gateway: { realm: REALM }, decisions: { enabled: true }, routes: ROUTES } });
-  recordChecks(tokengate);
+  recordChecks(tokengate, checked);
   tokens = {
     user: await tokengate.issue(),
     application: await tokengate.issue(APPLICATION_TOKEN),
@@ -93,10 +106,10 @@ function pairs(rawHeaders: readonly string[]): Array<[string, string]> {
 
 /** Every original request target the decision listener was asked about, in order, as the ingress named it. */
 const checked: string[] = [];
-function recordChecks(running: RunningTokengate): void {
+function recordChecks(running: RunningTokengate, into: string[]): void {
   running.tokengate.decisions!.server.prependListener('request', (request: IncomingMessage) => {
     const named = request.headers['x-original-uri'] ?? request.headers['x-forwarded-uri'] ?? request.url!.slice('/ext-authz'.length);
-    checked.push(String(named));
+    into.push(String(named));
   });
 }
 
@@ -145,6 +158,7 @@ describe('the examples', () => {
     expect(nginx).toBe(readFileSync(join(ROOT, 'examples/ingress/nginx.conf'), 'utf8'));
     expect(nginx).toContain('proxy_pass http://tokengate_decisions/auth-request;');
     expect(nginx).toContain('proxy_set_header X-Original-URI $request_uri;');
+    expect(nginxDecisionCacheConf({ ...EXAMPLE_ADDRESSES })).toBe(readFileSync(join(ROOT, 'examples/ingress/nginx-decision-cache.conf'), 'utf8'));
     expect(caddyfile({ ...EXAMPLE_ADDRESSES })).toBe(readFileSync(join(ROOT, 'examples/ingress/Caddyfile'), 'utf8'));
     expect(nginxConf({ ...EXAMPLE_ADDRESSES, decisions: '10.0.0.9:9', userApi: '10.0.0.9:1' }, { workerProcesses: 1 })).toMatch(
       /worker_processes 1;[^]*server 10\.0\.0\.9:9;[^]*server 10\.0\.0\.9:1;[^]*server 127\.0\.0\.1:3002;/,
@@ -152,7 +166,7 @@ describe('the examples', () => {
   });
 });
 
-describe.each([NGINX, CADDY])('$name in front of the decision listener (examples/ingress)', (kind) => {
+describe.each([NGINX, NGINX_DECISION_CACHE, CADDY])('$name in front of the decision listener (examples/ingress)', (kind) => {
   let ingress: Ingress;
   beforeAll(async () => {
     ingress = await startExample(kind, addressOf(tokengate.decisionsUrl!));
@@ -361,6 +375,10 @@ describe('what a client sees', () => {
       kind: NGINX,
       unanswered: { status: 503, body: '{"error":"temporarily_unavailable","error_description":"The token check is unavailable; try again shortly."}' },
     },
+    {
+      kind: NGINX_DECISION_CACHE,
+      unanswered: { status: 503, body: '{"error":"temporarily_unavailable","error_description":"The token check is unavailable; try again shortly."}' },
+    },
     { kind: CADDY, unanswered: { status: 502, body: '' } },
   ])(
     'through $kind.name: a 503 from tokengate (its store unreachable) as tokengate sent it; no answer at all as $unanswered.status',
@@ -386,6 +404,190 @@ describe('what a client sees', () => {
     },
   );
 });
+
+/** The bound of the route the revocation test uses: short, so that the test waits it out. */
+const REVOCATION_BOUND_SECONDS = 2;
+/** The decision listener's default, which the routes without decisionCacheSeconds (tickets) take, and the rate limited one does not. */
+const DEFAULT_BOUND_SECONDS = 60;
+
+describe('nginx with the decision cache (examples/ingress/nginx-decision-cache.conf)', () => {
+  let cached: RunningTokengate;
+  let ingress: Ingress;
+  /** What the decision listener of `cached` was asked about. */
+  const asked: string[] = [];
+  const through = (method: string, target: string, headers: Array<[string, string]> = []) => send(ingress, method, target, headers);
+  /** Sends through nginx and says whether the decision listener was asked. */
+  async function sendCounted(method: string, target: string, headers: Array<[string, string]>) {
+    const before = asked.length;
+    const sent = await through(method, target, headers);
+    return { ...sent, asked: asked.length - before };
+  }
+
+  beforeAll(async () => {
+    cached = await startTokengate('ingress-decision-cache', {
+      config: {
+        gateway: { realm: REALM },
+        decisions: { enabled: true, cacheSeconds: DEFAULT_BOUND_SECONDS },
+        rateLimits: { organizers: { requestsPerSecond: 1_000, burst: 1_000 } },
+        routes: [
+          { path: '/api/public/me', methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], decisionCacheSeconds: REVOCATION_BOUND_SECONDS },
+          { path: '/api/public/tickets', token: 'user', scopes: ['public'] },
+          { path: '/api/public/events', token: 'application', scopes: ['public'], rateLimit: 'organizers' },
+        ],
+      },
+    });
+    recordChecks(cached, asked);
+    ingress = await startExample(NGINX_DECISION_CACHE, addressOf(cached.decisionsUrl!));
+  });
+  afterAll(async () => {
+    await ingress?.close();
+    await cached?.close();
+  });
+
+  it("answers a cached route's next request with the same token without asking, with the same identity", async () => {
+    const token = await cached.issue();
+    const first = await sendCounted('GET', '/api/public/tickets', [bearer(token)]);
+    const second = await sendCounted('GET', '/api/public/tickets', [bearer(token), ['X-Request-Id', 'client-chosen-7']]);
+    expect([first.asked, first.response.status, first.reached]).toEqual([1, 200, ['user']]);
+    expect([second.asked, second.response.status, second.reached]).toEqual([0, 200, ['user']]);
+    const identity = (received: typeof first.received) => Object.fromEntries(Object.values(IDENTITY_HEADERS).map((name) => [name, received!.headers[name]]));
+    expect(identity(second.received)).toEqual(identity(first.received));
+    expect(identity(second.received)).toEqual({
+      [IDENTITY_HEADERS.userId]: USER_TOKEN.userId,
+      [IDENTITY_HEADERS.clientId]: USER_TOKEN.clientId,
+      [IDENTITY_HEADERS.scope]: 'public',
+      [IDENTITY_HEADERS.tokenKind]: 'user',
+    });
+    // Neither leg lets the credential through; a cached one names the client's request id, as tokengate would.
+    expect([first.received!.headers.authorization, second.received!.headers.authorization]).toEqual([undefined, undefined]);
+    expect(second.received!.headers['x-request-id']).toBe('client-chosen-7');
+    // Another method or another URI is another decision: tokengate is asked.
+    expect((await sendCounted('POST', '/api/public/tickets', [bearer(token)])).asked).toBe(1);
+    expect((await sendCounted('GET', '/api/public/tickets?page=2', [bearer(token)])).asked).toBe(1);
+    expect((await sendCounted('DELETE', '/api/public/me', [bearer(token)])).response.status).toBe(405);
+  });
+
+  it('never lets two tokens share an entry, nor keeps a refusal', async () => {
+    const ana = await cached.issue({ userId: 'ana' });
+    const bo = await cached.issue({ userId: 'bo' });
+    const userOf = (sent: Awaited<ReturnType<typeof sendCounted>>) => sent.received?.headers[IDENTITY_HEADERS.userId];
+    expect(userOf(await sendCounted('GET', '/api/public/tickets', [bearer(ana)]))).toBe('ana');
+    const boFirst = await sendCounted('GET', '/api/public/tickets', [bearer(bo)]);
+    expect([boFirst.asked, userOf(boFirst)]).toEqual([1, 'bo']);
+    const [anaAgain, boAgain] = [await sendCounted('GET', '/api/public/tickets', [bearer(ana)]), await sendCounted('GET', '/api/public/tickets', [bearer(bo)])];
+    expect([anaAgain.asked, userOf(anaAgain), boAgain.asked, userOf(boAgain)]).toEqual([0, 'ana', 0, 'bo']);
+    // A token one character off a cached one is its own (forged) credential, refused each time it comes.
+    const forged = `${ana.slice(0, -1)}${ana.endsWith('A') ? 'B' : 'A'}`;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const refused = await sendCounted('GET', '/api/public/tickets', [bearer(forged)]);
+      expect([refused.asked, refused.reached]).toEqual([1, []]);
+      expectRefusal(refused.response, 401, INVALID_TOKEN, INVALID_TOKEN_CHALLENGE);
+    }
+    // The application token's 403 on a user route, twice: asked twice.
+    const application = await cached.issue(APPLICATION_TOKEN);
+    for (let attempt = 0; attempt < 2; attempt++) expect((await sendCounted('GET', '/api/public/tickets', [bearer(application)])).asked).toBe(1);
+  });
+
+  it(`refuses a revoked token within the route's bound (${REVOCATION_BOUND_SECONDS} s) plus one second`, async () => {
+    const token = await cached.issue();
+    expect((await sendCounted('GET', '/api/public/me', [bearer(token)])).asked).toBe(1);
+    await cached.store.revokeAccessToken(tokenDigest(token));
+    const revokedAt = Date.now();
+    // The revocation feed reaches tokengate at once; nginx's entry still lets the token through until it ends.
+    const stillCached = await sendCounted('GET', '/api/public/me', [bearer(token)]);
+    expect([stillCached.asked, stillCached.response.status]).toEqual([0, 200]);
+    let refused = await sendCounted('GET', '/api/public/me', [bearer(token)]);
+    while (refused.response.status === 200 && Date.now() - revokedAt < (REVOCATION_BOUND_SECONDS + 2) * 1000) {
+      await sleep(50);
+      refused = await sendCounted('GET', '/api/public/me', [bearer(token)]);
+    }
+    const refusedAfterMs = Date.now() - revokedAt;
+    expect({ status: refused.response.status, asked: refused.asked, reached: refused.reached }).toEqual({ status: 401, asked: 1, reached: [] });
+    expect(refusedAfterMs).toBeLessThanOrEqual((REVOCATION_BOUND_SECONDS + 1) * 1000);
+  });
+
+  it(`refuses a token past its expiry at once, although the route's bound (${DEFAULT_BOUND_SECONDS} s) is longer`, async () => {
+    const expiresAt = Date.now() + 2_500;
+    const token = await cached.issue({ expiresAt });
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(1);
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(0);
+    await sleep(expiresAt - Date.now() + 1);
+    const expired = await sendCounted('GET', '/api/public/tickets', [bearer(token)]);
+    expect({ status: expired.response.status, asked: expired.asked, reached: expired.reached }).toEqual({ status: 401, asked: 1, reached: [] });
+  });
+
+  it('asks about every request of a rate limited route, and of a request with a DPoP header', async () => {
+    const application = await cached.issue(APPLICATION_TOKEN);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const metered = await sendCounted('GET', '/api/public/events', [bearer(application)]);
+      expect([metered.asked, metered.response.status]).toEqual([1, 200]);
+      expect(metered.response.header('ratelimit-policy')).toBe('"organizers";q=1000;w=1');
+    }
+    // A request with a DPoP header is asked about, though its Bearer token's decision is cached
+    // (tokengate ignores a proof beside an unbound Bearer token), and its own decision is not kept.
+    const token = await cached.issue();
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(1);
+    for (let attempt = 0; attempt < 2; attempt++) expect((await sendCounted('GET', '/api/public/tickets', [bearer(token), ['DPoP', 'x.y.z']])).asked).toBe(1);
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(0);
+  });
+
+  it('holds no token in its shared memory or its files, only digests and identities', async () => {
+    const token = await cached.issue({ userId: 'memory-check' });
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(1);
+    expect((await sendCounted('GET', '/api/public/tickets', [bearer(token)])).asked).toBe(0);
+    const memory = sharedMemoryOf(ingress.pid);
+    // What the entry is: the digest of what the decision depends on, and the identity to reuse.
+    const key = createHash('sha256').update(`GET /api/public/tickets\nBearer ${token}\n`).digest();
+    expect(memory.includes(key)).toBe(true);
+    expect(memory.includes(`memory-check\n${USER_TOKEN.clientId}\npublic\nuser`)).toBe(true);
+    expect(memory.includes(token)).toBe(false);
+    expect(memory.includes(token.slice(0, 16))).toBe(false);
+    const files = filesUnder(ingress.dir);
+    expect(files.length).toBeGreaterThan(0);
+    for (const file of files) expect({ file, holdsToken: readFileSync(file).includes(token) }).toEqual({ file, holdsToken: false });
+  });
+
+  it("is what Caddy's forward_auth cannot do: Caddy asks about every request of the same cached route", async () => {
+    const caddy = await startExample(CADDY, addressOf(cached.decisionsUrl!));
+    try {
+      const token = await cached.issue();
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const before = asked.length;
+        expect((await send(caddy, 'GET', '/api/public/tickets', [bearer(token)])).response.status).toBe(200);
+        expect(asked.length - before).toBe(1);
+      }
+    } finally {
+      await caddy.close();
+    }
+  });
+});
+
+/** Every shared memory mapping of a process (nginx's zones, the decision cache among them), read from /proc. */
+function sharedMemoryOf(pid: number): Buffer {
+  const zones = readFileSync(`/proc/${pid}/maps`, 'utf8')
+    .split('\n')
+    .map((line) => /^([0-9a-f]+)-([0-9a-f]+) rw-s .*\/dev\/zero \(deleted\)$/.exec(line))
+    .filter((match) => match !== null);
+  expect(zones.length).toBeGreaterThan(0);
+  const memory = openSync(`/proc/${pid}/mem`, 'r');
+  try {
+    return Buffer.concat(
+      zones.map(([, start, end]) => {
+        const zone = Buffer.alloc(Number.parseInt(end!, 16) - Number.parseInt(start!, 16));
+        readSync(memory, zone, 0, zone.length, Number.parseInt(start!, 16));
+        return zone;
+      }),
+    );
+  } finally {
+    closeSync(memory);
+  }
+}
+
+function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true, recursive: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => join(entry.parentPath, entry.name));
+}
 
 /** The parts of examples/ingress/envoy.yaml the test reads. */
 interface EnvoyCluster {

@@ -2,12 +2,13 @@ import type { AutocannonRequest } from 'autocannon';
 import { performance } from 'node:perf_hooks';
 import type { RedisStore } from '../../src/store/redis.js';
 import type { TokenMinter } from '../../src/token/token-value.js';
-import { runLoadWindow, summarizeLoad, type LoadResult, type LoadWindow } from './load.js';
+import { runLoadWindow, summarizeLoad, type LoadOptions, type LoadResult, type LoadWindow } from './load.js';
 import { cacheLookupsBetween, scrapeMetrics, type CacheLookups } from './metrics.js';
 import { totalCpuMilliseconds } from './proc.js';
 import { logTail, type ProcessGroup } from './processes.js';
 import type { Tier } from './services.js';
 import type { Settings } from './settings.js';
+import { runWrkWindow } from './wrk.js';
 
 /**
  * How a row is measured: its tier under test gets one request checked and a warm-up, then
@@ -147,6 +148,9 @@ async function measureRows(bench: Bench, rows: Row[], shape: Shape): Promise<voi
       }
       const traffic = row.traffic === undefined ? { request: bench.me } : await row.traffic(bench, tier, shape.rounds);
       contenders.push({ row, tier, traffic, windows: [] });
+      const load = { request: traffic.request, overallRate: row.rate, amount: traffic.requestsPerWindow, expectedStatus: traffic.expectedStatus ?? 200 };
+      if (bench.settings.loadGenerator === 'wrk' && !isWrkLoad(load))
+        bench.results.notes.push(`${row.id}: measured with autocannon (its requests are paced, counted, made per request or refused)`);
     });
   }
   for (let round = 0; round < shape.rounds; round++) {
@@ -183,9 +187,9 @@ async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, se
     warmed.add(tier);
     if (fresh) await expectAnswer(tier, bench.me);
     const warmupSeconds = fresh ? settings.firstWarmupSeconds : settings.warmupSeconds;
-    await runLoadWindow({ ...shape, durationSeconds: warmupSeconds, request: bench.me, expectedStatus: 200 });
+    await loadWindow(bench, { ...shape, durationSeconds: warmupSeconds, request: bench.me, expectedStatus: 200 });
     if (traffic.warmsUp === true) {
-      await runLoadWindow({ ...shape, durationSeconds: warmupSeconds, request: traffic.request, expectedStatus: traffic.expectedStatus ?? 200 });
+      await loadWindow(bench, { ...shape, durationSeconds: warmupSeconds, request: traffic.request, expectedStatus: traffic.expectedStatus ?? 200 });
     }
   }
   const pids = tier.pids();
@@ -195,7 +199,7 @@ async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, se
   const amount = traffic.requestsPerWindow;
   let load: LoadWindow;
   try {
-    load = await runLoadWindow({
+    load = await loadWindow(bench, {
       ...shape,
       request: traffic.request,
       expectedStatus: traffic.expectedStatus ?? 200,
@@ -213,6 +217,33 @@ async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, se
     bench.results.notes.push(`${row.id}: a window stopped after ${settings.maxWindowSeconds} s, at ${load.requests} of ${amount} requests`);
   const lookups = metricsBefore === null ? null : cacheLookupsBetween(metricsBefore, await scrapeMetrics(tier.opsUrl!));
   return { load, cpuMs, lookups };
+}
+
+/**
+ * One window of load from the run's load generator. wrk sends one fixed request as fast as it is
+ * answered; a window that paces its requests, counts them, changes them per request or expects a
+ * refusal is autocannon's under either setting.
+ */
+function loadWindow(bench: Bench, options: LoadOptions): Promise<LoadWindow> {
+  if (bench.settings.loadGenerator === 'wrk' && isWrkLoad(options)) {
+    return runWrkWindow({
+      url: options.url,
+      connections: options.connections,
+      durationSeconds: options.durationSeconds!,
+      request: options.request,
+      scriptDir: bench.group.logDir,
+    });
+  }
+  return runLoadWindow(options);
+}
+
+export function isWrkLoad(options: Pick<LoadOptions, 'request' | 'overallRate' | 'amount' | 'expectedStatus'>): boolean {
+  return (
+    options.request.setupRequest === undefined &&
+    options.overallRate === undefined &&
+    options.amount === undefined &&
+    [options.expectedStatus].flat().every((status) => status === 200)
+  );
 }
 
 function pool(row: Row, windows: Window[]): RowResult {

@@ -4,6 +4,7 @@ import { cpus, loadavg } from 'node:os';
 import type { Results, RowResult } from './measure.js';
 import { nginxVersion } from './nginx.js';
 import type { Settings } from './settings.js';
+import { wrkVersion } from './wrk.js';
 
 /**
  * The printed report: where the run ran, one table of rows, the memory and revocation figures,
@@ -150,6 +151,11 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
     ['cache miss over 100k tokens: req/s >= 0.7x cache hit', atLeast(reqRatio('cache-miss', 'cache-hit'), 0.7)],
     ['nginx auth_request + tokengate decisions: req/s >= 1.0x nginx auth_request (LRU check)', atLeast(reqRatio('nginx-decisions', 'nginx-lru'), 1.0)],
     ['nginx auth_request + tokengate decisions: CPU per request <= nginx auth_request (LRU check)', atMost(cpuRatio('nginx-decisions', 'nginx-lru'), 1.0)],
+    [
+      'nginx + tokengate decision cache, cached route: CPU per request <= 1.5x nginx proxying alone',
+      atMost(cpuRatio('nginx-decision-cache', 'nginx-proxy'), 1.5),
+    ],
+    ['nginx + tokengate decision cache, cached route: req/s >= 2x nginx auth_request (LRU check)', atLeast(reqRatio('nginx-decision-cache', 'nginx-lru'), 2.0)],
     ['added p99 at 2,000 req/s <= 1 ms over direct', atMost(addedP99, 1.0, ' ms')],
     [
       '2 workers unpinned: req/s >= 1.0x nginx (2 workers) + check service (Redis-GET check)',
@@ -203,7 +209,7 @@ export function renderReport(results: Results, machine: Machine, settings: Setti
   const heading =
     `${new Date().toISOString()}, ${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, nginx ${machine.nginx ?? 'absent'}, Redis ${machine.redis}, commit ${machine.commit}\n` +
     `${settings.short ? 'SHORT RUN (BENCH_SHORT=1): fewer, shorter windows and fewer tokens; ' : ''}${machine.pinning}; ` +
-    `${settings.connections} connections; tokengate's node flags: ${settings.nodeFlags.length === 0 ? 'none' : settings.nodeFlags.join(' ')}; ` +
+    `${settings.connections} connections, load generator ${settings.loadGenerator === 'wrk' ? `wrk ${wrkVersion()} (one thread)` : 'autocannon'}; tokengate's node flags: ${settings.nodeFlags.length === 0 ? 'none' : settings.nodeFlags.join(' ')}; ` +
     `load average ${machine.loadAverageAtStart} at start, ${loadAverage()} at end; run took ${seconds.toFixed(0)} s`;
   const sections = [heading, rowsTable(results.rows), memoryLines(results).join('\n'), targetsTable(results)];
   if (results.notes.length > 0) sections.push(`Notes:\n${results.notes.map((note) => `- ${note}`).join('\n')}`);

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { percentile } from './load.js';
@@ -5,9 +6,9 @@ import { progress, type Bench, type Row, type Scenario } from './measure.js';
 import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
 import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
-import { startNginxDecisions, startNginxPeer, startNodeServer, startTokengate, type Tier } from './services.js';
+import { startNginxDecisions, startNginxPeer, startNginxProxy, startNodeServer, startTokengate, type Tier } from './services.js';
 import { freePort, type Placement } from './processes.js';
-import { ME, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
+import { ME, ME_CACHED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../../src/token/token-value.js';
@@ -54,25 +55,31 @@ function nodeTier(bench: Bench, name: string, script: string): Promise<Tier | st
   return bench.shared(name, () => startNodeServer(bench.group, name, 'tier', script, ['--upstream', bench.upstream.url], bench.settings.cpuProfileDir));
 }
 
+/** Where Debian's libnginx-mod-http-lua puts the module examples/ingress/nginx-decision-cache.conf loads. */
+const NGINX_LUA_MODULE = '/usr/lib/nginx/modules/ngx_http_lua_module.so';
+
+/** A tier with nginx in front, started once per id; why it cannot run when nginx is not installed. */
+function nginxTier(bench: Bench, id: string, start: () => Promise<Tier | string>): Promise<Tier | string> {
+  return nginxVersion() === null ? Promise.resolve('nginx is not installed (apt-get install -y nginx)') : bench.shared(id, start);
+}
+
 /** nginx + the token-check service; `cacheSeconds` 0 is the Redis-GET check, more the LRU-cached one. */
 function nginxRow(id: string, title: string, placement: Placement, workers: number, cacheSeconds: number): Row {
   return {
     id,
     title,
-    tier: async (bench) =>
-      nginxVersion() === null
-        ? 'nginx is not installed (apt-get install -y nginx)'
-        : bench.shared(id, () =>
-            startNginxPeer(bench.group, {
-              name: id,
-              placement,
-              workers,
-              cacheSeconds,
-              upstreamPort: bench.upstream.port,
-              redisUrl: bench.redis.url,
-              keyPrefix: bench.keyPrefix,
-            }),
-          ),
+    tier: (bench) =>
+      nginxTier(bench, id, () =>
+        startNginxPeer(bench.group, {
+          name: id,
+          placement,
+          workers,
+          cacheSeconds,
+          upstreamPort: bench.upstream.port,
+          redisUrl: bench.redis.url,
+          keyPrefix: bench.keyPrefix,
+        }),
+      ),
   };
 }
 
@@ -100,30 +107,53 @@ export const nginxLru = nginxRow('nginx-lru', `nginx auth_request + LRU check ($
 
 export const cacheHit: Row = { id: 'cache-hit', title: 'tokengate, cached token', tier: oneCoreTokengate };
 
+export const nginxProxy: Row = {
+  id: 'nginx-proxy',
+  title: 'nginx proxying alone, no checks',
+  tier: (bench) =>
+    nginxTier(bench, 'nginx-proxy', () => startNginxProxy(bench.group, { name: 'nginx-proxy', placement: 'tier', upstreamPort: bench.upstream.port })),
+};
+
+/** The tokengate the nginx rows with tokengate's decisions ask: its decision listener on, ME_CACHED among its routes. */
+function decisionsTokengate(bench: Bench): Promise<(Tier & { decisionsPort: number }) | string> {
+  return bench.shared('tokengate-decisions', async () => {
+    const decisionsPort = await freePort();
+    const tier = await startTokengate(bench.group, {
+      name: 'tokengate-decisions',
+      placement: 'tier',
+      config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, decisionsPort },
+      nodeFlags: bench.settings.nodeFlags,
+      profileDir: null,
+    });
+    return typeof tier === 'string' ? tier : { ...tier, decisionsPort };
+  }) as Promise<(Tier & { decisionsPort: number }) | string>;
+}
+
+/** nginx asking the decision listener of decisionsTokengate: with auth_request, or as the decision cache example. */
+async function startNginxAskingTokengate(bench: Bench, name: string, decisionCache: boolean): Promise<Tier | string> {
+  const tokengate = await decisionsTokengate(bench);
+  if (typeof tokengate === 'string') return tokengate;
+  return startNginxDecisions(bench.group, { name, placement: 'tier', upstreamPort: bench.upstream.port, tokengate, decisionCache });
+}
+
 /** nginx in front, as nginxRedis and nginxLru, asking tokengate's decision listener instead of a Node check service. */
 export const nginxDecisions: Row = {
   id: 'nginx-decisions',
   title: 'nginx auth_request + tokengate decisions',
+  tier: (bench) => nginxTier(bench, 'nginx-decisions', () => startNginxAskingTokengate(bench, 'nginx-decisions', false)),
+};
+
+/** The nginx example with the decision cache (Lua), on a route whose decisions it may keep 60 s: tokengate is asked once a minute. */
+export const nginxDecisionCache: Row = {
+  id: 'nginx-decision-cache',
+  title: 'nginx + tokengate decisions, decision cache (cached route)',
   tier: async (bench) =>
-    nginxVersion() === null
-      ? 'nginx is not installed (apt-get install -y nginx)'
-      : bench.shared('nginx-decisions', async () => {
-          const decisionsPort = await freePort();
-          const tokengate = await startTokengate(bench.group, {
-            name: 'tokengate-decisions',
-            placement: 'tier',
-            config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, decisionsPort },
-            nodeFlags: bench.settings.nodeFlags,
-            profileDir: null,
-          });
-          if (typeof tokengate === 'string') return tokengate;
-          return startNginxDecisions(bench.group, {
-            name: 'nginx-decisions',
-            placement: 'tier',
-            upstreamPort: bench.upstream.port,
-            tokengate: { ...tokengate, decisionsPort },
-          });
-        }),
+    existsSync(NGINX_LUA_MODULE)
+      ? nginxTier(bench, 'nginx-decision-cache', () => startNginxAskingTokengate(bench, 'nginx-decision-cache', true))
+      : `nginx's Lua module is not installed (apt-get install -y libnginx-mod-http-lua)`,
+  async traffic(bench) {
+    return { request: { ...bench.me, path: ME_CACHED } };
+  },
 };
 
 export const cacheMiss: Row = {

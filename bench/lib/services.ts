@@ -1,7 +1,8 @@
 import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { nginxCommand, nginxVersion, peerHttp, upstreamHttp } from './nginx.js';
+import { nginxDecisionCacheConf } from '../../examples/ingress/configs.mjs';
+import { exampleCommand, nginxCommand, nginxVersion, PEER_IDENTITY, peerHttp, proxyHttp, TOKENGATE_IDENTITY, upstreamHttp } from './nginx.js';
 import { freePort, waitForPort, withChildren, type Placement, type ProcessGroup, type Started } from './processes.js';
 import { tokengateConfigYaml, type BenchConfigOptions } from './tokengate-config.js';
 
@@ -70,7 +71,7 @@ export async function startNginxPeer(group: ProcessGroup, options: PeerOptions):
     String(options.cacheSeconds),
   ]);
   const port = await freePort();
-  const args = nginxCommand(group.logDir, options.name, options.workers, peerHttp(port, options.upstreamPort, check.port));
+  const args = nginxCommand(group.logDir, options.name, options.workers, peerHttp(port, options.upstreamPort, check.port, PEER_IDENTITY));
   const nginx = group.spawn(options.name, options.placement, 'nginx', args, 'SIGQUIT');
   await waitForPort(nginx, port);
   const checkPid = check.processes[0]!.pid;
@@ -83,13 +84,44 @@ export async function startNginxPeer(group: ProcessGroup, options: PeerOptions):
   };
 }
 
-/** nginx `auth_request` to tokengate's decision listener (a tokengate started with `decisionsPort`), in the same placement. */
-export async function startNginxDecisions(
-  group: ProcessGroup,
-  options: { name: string; placement: Placement; upstreamPort: number; tokengate: Tier & { decisionsPort: number } },
-): Promise<Tier> {
+/** nginx proxying to the upstream alone, one worker. */
+export async function startNginxProxy(group: ProcessGroup, options: { name: string; placement: Placement; upstreamPort: number }): Promise<Tier> {
   const port = await freePort();
-  const args = nginxCommand(group.logDir, options.name, 1, peerHttp(port, options.upstreamPort, options.tokengate.decisionsPort, '/auth-request'));
+  const nginx = group.spawn(
+    options.name,
+    options.placement,
+    'nginx',
+    nginxCommand(group.logDir, options.name, 1, proxyHttp(port, options.upstreamPort)),
+    'SIGQUIT',
+  );
+  await waitForPort(nginx, port);
+  return { name: options.name, url: `http://127.0.0.1:${port}`, port, pids: () => withChildren(nginx.pid), processes: [nginx] };
+}
+
+export interface NginxDecisionsOptions {
+  name: string;
+  placement: Placement;
+  upstreamPort: number;
+  tokengate: Tier & { decisionsPort: number };
+  /** examples/ingress/nginx-decision-cache.conf (one worker, both of its APIs the upstream) instead of `auth_request`. */
+  decisionCache?: boolean;
+}
+
+/** nginx asking tokengate's decision listener (a tokengate started with `decisionsPort`), in the same placement. */
+export async function startNginxDecisions(group: ProcessGroup, options: NginxDecisionsOptions): Promise<Tier> {
+  const port = await freePort();
+  const upstream = `127.0.0.1:${options.upstreamPort}`;
+  const args =
+    options.decisionCache === true
+      ? exampleCommand(
+          group.logDir,
+          options.name,
+          nginxDecisionCacheConf(
+            { ingress: `127.0.0.1:${port}`, decisions: `127.0.0.1:${options.tokengate.decisionsPort}`, userApi: upstream, organizerApi: upstream },
+            { workerProcesses: 1 },
+          ),
+        )
+      : nginxCommand(group.logDir, options.name, 1, peerHttp(port, options.upstreamPort, options.tokengate.decisionsPort, TOKENGATE_IDENTITY, '/auth-request'));
   const nginx = group.spawn(options.name, options.placement, 'nginx', args, 'SIGQUIT');
   await waitForPort(nginx, port);
   return {

@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
+import { wrkVersion } from './wrk.js';
 
 /**
- * What a run does, from four environment variables (docs/benchmarks.md#settings). The full run
+ * What a run does, from five environment variables (docs/benchmarks.md#settings). The full run
  * is the one the targets are judged on; BENCH_SHORT=1 is a quick look at every row.
  */
 export interface Settings {
@@ -29,6 +30,8 @@ export interface Settings {
   cpuProfileDir: string | null;
   /** Node flags for tokengate alone: BENCH_NODE_FLAGS when set (empty: none), else the image's NODE_OPTIONS, so the figures are those of what ships. */
   nodeFlags: string[];
+  /** BENCH_LOAD: wrk (a C program; the default where installed) or autocannon (in the harness's process; the default elsewhere) for the rows that send one fixed request. */
+  loadGenerator: 'autocannon' | 'wrk';
 }
 
 /** The NODE_OPTIONS the Dockerfile sets for tokengate. */
@@ -60,5 +63,14 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
     only: only.length === 0 ? null : new Set(only),
     cpuProfileDir: env.BENCH_CPU_PROF === undefined || env.BENCH_CPU_PROF === '' ? null : env.BENCH_CPU_PROF,
     nodeFlags: (env.BENCH_NODE_FLAGS ?? imageNodeOptions()).split(' ').filter((flag) => flag !== ''),
+    loadGenerator: loadGenerator(env.BENCH_LOAD),
   };
+}
+
+function loadGenerator(value: string | undefined): Settings['loadGenerator'] {
+  if (value === 'autocannon') return 'autocannon';
+  if (value === undefined || value === '') return wrkVersion() === null ? 'autocannon' : 'wrk';
+  if (value !== 'wrk') throw new Error(`BENCH_LOAD is autocannon or wrk, not ${JSON.stringify(value)}`);
+  if (wrkVersion() === null) throw new Error('BENCH_LOAD=wrk, but wrk is not installed (apt-get install -y wrk)');
+  return 'wrk';
 }

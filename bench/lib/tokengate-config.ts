@@ -24,6 +24,8 @@ export interface BenchConfigOptions {
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
 export const ME = '/api/public/me';
+/** The same route, its decisions cached by an ingress for 60 s (with the decision listener on). */
+export const ME_CACHED = '/api/public/me-cached';
 /** The same route for DPoP-bound tokens only (the DPoP cached-token row). */
 export const DPOP_PATH = '/api/public/me-dpop';
 
@@ -49,6 +51,9 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
     routes: [
       { path: ME, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl },
       { path: DPOP_PATH, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], dpop: 'required', upstream: options.upstreamUrl },
+      ...(options.decisionsPort === undefined
+        ? []
+        : [{ path: ME_CACHED, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, decisionCacheSeconds: 60 }]),
       ...(options.rateLimits === true
         ? [
             { path: RATE_LIMITED, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'under' },

@@ -39,15 +39,25 @@ function withAddresses(file, addresses) {
 }
 
 /**
- * examples/ingress/nginx.conf for these addresses. Its paths are relative to nginx's prefix:
- * run it with `nginx -p DIR -c FILE -e DIR/error.log`.
+ * An nginx example for these addresses: examples/ingress/nginx.conf (auth_request), or
+ * nginx-decision-cache.conf (the same with a cache of tokengate's decisions). Its paths are
+ * relative to nginx's prefix: run it with `nginx -p DIR -c FILE -e DIR/error.log`.
+ * @param {Addresses} addresses
+ * @param {{ workerProcesses?: number | 'auto', example?: 'nginx.conf' | 'nginx-decision-cache.conf' }} [options]
+ */
+export function nginxConf(addresses, { workerProcesses = 'auto', example = 'nginx.conf' } = {}) {
+  const text = withAddresses(example, addresses);
+  if (!text.includes('worker_processes auto;')) throw new Error(`examples/ingress/${example} no longer sets worker_processes auto`);
+  return text.replace('worker_processes auto;', `worker_processes ${workerProcesses};`);
+}
+
+/**
+ * examples/ingress/nginx-decision-cache.conf for these addresses.
  * @param {Addresses} addresses
  * @param {{ workerProcesses?: number | 'auto' }} [options]
  */
-export function nginxConf(addresses, { workerProcesses = 'auto' } = {}) {
-  const text = withAddresses('nginx.conf', addresses);
-  if (!text.includes('worker_processes auto;')) throw new Error('examples/ingress/nginx.conf no longer sets worker_processes auto');
-  return text.replace('worker_processes auto;', `worker_processes ${workerProcesses};`);
+export function nginxDecisionCacheConf(addresses, options = {}) {
+  return nginxConf(addresses, { ...options, example: 'nginx-decision-cache.conf' });
 }
 
 /**

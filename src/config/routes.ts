@@ -1,4 +1,4 @@
-import type { GatewayConfig, RouteConfig } from './schema.js';
+import type { DecisionsConfig, GatewayConfig, RouteConfig } from './schema.js';
 import type { ConfigProblem } from './problem.js';
 import { normalizePath } from '../http/path.js';
 import { isScopeToken } from '../token/scope.js';
@@ -51,6 +51,10 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
           message: `"${scope}" is not a scope token (printable ASCII without spaces, quotes or backslashes)`,
         });
     });
+    const uncachable = uncachableBecause(route);
+    if (uncachable !== null && route.decisionCacheSeconds !== undefined && route.decisionCacheSeconds > 0) {
+      problems.push({ path: `${at}.decisionCacheSeconds`, message: `an ingress may not cache this route's decisions: ${uncachable}; remove the key or set 0` });
+    }
     if (route.upstream !== undefined && route.upstreams !== undefined) {
       problems.push({ path: at, message: 'give either upstream or upstreams, not both' });
     } else if (route.upstream === undefined && route.upstreams === undefined && !options.decisionsEnabled) {
@@ -72,6 +76,23 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
     }
   });
   return problems;
+}
+
+/**
+ * How long an ingress may reuse an admitting decision of a route: its own decisionCacheSeconds,
+ * else the decision listener's default; always 0 for a route whose every request must be
+ * checked (see uncachableBecause).
+ */
+export function decisionCacheSeconds(route: RouteConfig, decisions: Pick<DecisionsConfig, 'cacheSeconds'>): number {
+  if (uncachableBecause(route) !== null) return 0;
+  return route.decisionCacheSeconds ?? decisions.cacheSeconds;
+}
+
+/** Why every request of a route must reach the decision listener, or null when a decision may be reused. */
+function uncachableBecause(route: RouteConfig): string | null {
+  if (route.rateLimit !== undefined) return `its rate limit (rateLimit: ${route.rateLimit}) must meter every request`;
+  if (route.dpop === 'required') return 'with dpop: required every request carries a proof of its own, checked per request';
+  return null;
 }
 
 /** The canonical form of a route prefix (no trailing slash), or null when it is not canonical. */

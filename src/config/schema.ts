@@ -229,6 +229,10 @@ export const DecisionsSchema = closed({
   }),
   host: Type.String({ minLength: 1, default: '127.0.0.1', description: 'Address the decision listener binds to; only the ingress should reach it.' }),
   port: Type.Integer({ minimum: 0, maximum: 65535, default: 9191, description: 'Port of the decision listener; 0 picks a free one.' }),
+  cacheSeconds: Seconds(
+    0,
+    'The `decisionCacheSeconds` of every route that sets none, except routes with a `rateLimit` or `dpop: required`, which an ingress never caches. 0: an ingress asks about every request (docs/ingress.md#decisions-an-ingress-may-cache).',
+  ),
 });
 
 export const DpopSchema = closed({
@@ -357,6 +361,13 @@ export const RouteSchema = Type.Object(
       Type.String({
         description:
           'The `rateLimits` policy that meters this route (docs/rate-limits.md); an application given a tier of its own (`tokengate apps update --rate-limit`) is metered by that policy instead. Unset: not metered.',
+      }),
+    ),
+    decisionCacheSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        description:
+          "How long an ingress may reuse the decision listener's 200 for the same request and credential (never beyond the token's expiry), marked `X-Tokengate-Cache-Seconds`; a revoked token then reaches this route through that ingress for up to this long. 0: never. Not with `rateLimit` or `dpop: required`. Unset: `decisions.cacheSeconds`.",
       }),
     ),
     allowQueryTokenThroughIngress: Type.Boolean({

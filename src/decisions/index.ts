@@ -10,6 +10,7 @@ import { createListenerGuard } from '../http/listener-limits.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
 import { originalRequestReader } from './original-request.js';
+import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
 
 /**
  * The decision listener: the gateway's check without the forwarding, for an ingress that asks
@@ -21,7 +22,8 @@ import { originalRequestReader } from './original-request.js';
  *   -> authorize -> meter
  *
  * and is answered 200 with the identity headers, for the ingress to copy onto the request it
- * forwards, or with the gateway's own error answer, for the ingress to pass to the client.
+ * forwards (and, on a route an ingress may cache, how long it may reuse them: ./reuse.ts), or
+ * with the gateway's own error answer, for the ingress to pass to the client.
  *
  * Plain node:http, not fastify: every request the ingress serves costs one of these, and the
  * answer is a status and a few headers, so nothing of a framework is needed on this path.
@@ -122,7 +124,9 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
     checked.admission?.appendFields(headers);
-    headers.push('content-length', '0');
+    const reusable = reusableSeconds(route, checked, request.headers.dpop);
+    if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable));
+    headers.push('cache-control', 'no-store', 'content-length', '0');
     response.writeHead(200, headers);
     response.end();
     const elapsedMs = performance.now() - started;

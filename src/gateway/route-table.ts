@@ -1,5 +1,5 @@
 import type { Config, RouteConfig } from '../config/schema.js';
-import { normalizePrefix } from '../config/routes.js';
+import { decisionCacheSeconds, normalizePrefix } from '../config/routes.js';
 import type { Metrics } from '../observability/metrics.js';
 import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
@@ -38,6 +38,8 @@ export interface GatewayRoute<Target> {
   /** The decision listener's count and time of the checks it allowed on this route. */
   readonly decisionAllowed: CounterSlot;
   readonly decisionDuration: HistogramSlot;
+  /** How long an ingress may reuse an admitting decision of this route, in seconds (config decisionCacheSeconds); 0: never. */
+  readonly decisionCacheSeconds: number;
   /**
    * The same route as the decision listener applies it. An ingress passes no body to the check,
    * and forwards the query exactly as the client sent it, token included: a query token only
@@ -101,6 +103,7 @@ export function compileRouteTable<Target>(
     const decisionDuration = config.decisions.enabled ? metrics.decisionDuration.labels(prefix) : UNCOUNTED.duration;
     const rateLimit = route.rateLimit === undefined ? null : limiter.forRoute(prefix, route.rateLimit, denials);
     const methods = new Set(route.methods);
+    const cacheSeconds = decisionCacheSeconds(route, config.decisions);
     const forwarded = targets.user !== null || targets.application !== null;
     // Both views have the same fields in the same order, so the check sees one object shape.
     const view = (allowQueryToken: boolean, allowBodyToken: boolean): Mutable<GatewayRoute<Target>> => ({
@@ -121,6 +124,7 @@ export function compileRouteTable<Target>(
       nested,
       decisionAllowed,
       decisionDuration,
+      decisionCacheSeconds: cacheSeconds,
       throughIngress: null as unknown as GatewayRoute<Target>, // set below, once both views exist
     });
     const throughIngress = view(route.allowQueryToken && route.allowQueryTokenThroughIngress, false);

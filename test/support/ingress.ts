@@ -11,6 +11,10 @@ import { acceptsConnections, freePort } from './ports.js';
 /** A real ingress (nginx, Caddy) run as the current user, every file in its own temporary directory. */
 export interface Ingress {
   readonly port: number;
+  /** The process started (nginx's master, Caddy). */
+  readonly pid: number;
+  /** Its own temporary directory: its config, and every file it writes. */
+  readonly dir: string;
   /** What the ingress wrote to its error log or stderr so far. */
   log(): string;
   close(): Promise<void>;
@@ -60,7 +64,7 @@ export async function startIngress(
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-  return { port, log, close };
+  return { port, pid: child.pid!, dir, log, close };
 }
 
 /** nginx in the foreground, its prefix (pid file, logs, temp directories) the run's directory. */

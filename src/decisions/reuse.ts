@@ -1,0 +1,25 @@
+import type { Checked } from '../gateway/check.js';
+import type { GatewayRoute } from '../gateway/route-table.js';
+
+/**
+ * Decisions an ingress may cache. The mark is a header of tokengate's own rather than
+ * `Cache-Control: max-age`: a generic HTTP cache (nginx's proxy_cache, Varnish) would store a
+ * max-age answer under its default key, the check request's URL, which is the same for every
+ * client, and hand one client's 200 to the next. Only ingress code written for this header, which
+ * keys each decision by the request and a digest of its credential, acts on it; every answer of
+ * the decision listener tells a generic cache `no-store`.
+ */
+export const CACHE_SECONDS_HEADER = 'x-tokengate-cache-seconds';
+
+/**
+ * How many whole seconds an ingress may reuse an admitting decision: the route's bound, never
+ * past the token's expiry (floored, so a reused decision never outlives the token), and 0 for a
+ * decision each request must get: one a rate limit metered, and any request with a `DPoP`
+ * header, which every admitted DPoP request has (its proof is new each time, and marked against
+ * replay).
+ */
+export function reusableSeconds(route: GatewayRoute<unknown>, checked: Checked, proofHeader: string | string[] | undefined): number {
+  if (route.decisionCacheSeconds === 0 || checked.admission !== null || proofHeader !== undefined) return 0;
+  const remainingSeconds = Math.floor((checked.token.expiresAt - Date.now()) / 1000);
+  return Math.max(0, Math.min(route.decisionCacheSeconds, remainingSeconds));
+}
