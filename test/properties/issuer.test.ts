@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { redirectUriProblem } from '../../src/admin/validate.js';
+import { redirectUriProblem } from '../../src/http/redirect-uri.js';
 import { TokengateError } from '../../src/errors.js';
 import { redirectUriWith } from '../../src/issuer/authorize/request.js';
 import { isWellFormedCodeVerifier, s256CodeChallenge, verifyCodeVerifier } from '../../src/issuer/pkce.js';
