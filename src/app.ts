@@ -23,6 +23,7 @@ import { registerResourceMetadata } from './resource/metadata-endpoint.js';
 import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
+import { startTracing } from './tracing/index.js';
 import type { Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
@@ -84,6 +85,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const clientMetadata = config.clientMetadataDocuments.enabled
     ? (await import('./client-metadata/index.js')).createClientMetadata(config.clientMetadataDocuments, config.issuer, store.backend, metrics, log)
     : null;
+  // Every process that serves requests exports its own spans (each worker of server.workers).
+  const tracing = servesPublic ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log) : null;
   const context: TokengateContext = {
     config,
     store: cache ?? store,
@@ -95,6 +98,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
     clientMetadata,
     requestLog: new RequestLog(config.logging.requests),
+    tracing,
   };
   // Caches replaced by a reload, stopping (close() waits for them).
   const stoppingCaches: Array<Promise<void>> = [];
@@ -170,7 +174,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     // Loaded only here: a gateway-only sidecar (issuer.enabled: false) never holds the issuer's code.
     const [{ registerAuthorization }, { registerIssuer }] = await Promise.all([import('./issuer/authorize/index.js'), import('./issuer/index.js')]);
     await app.register(async function observedIssuer(scope) {
-      observeRequests(scope, 'public', metrics, context.requestLog);
+      observeRequests(scope, 'public', metrics, context.requestLog, tracing);
       await registerAuthorization(scope, context);
       await registerIssuer(scope, context);
     });
@@ -255,6 +259,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
         clearInterval(idleSweep);
       }
       context.rateLimiter.close();
+      // The spans of the last requests go out before the process ends (within the export timeout).
+      await tracing?.shutdown();
       await clientMetadata?.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);

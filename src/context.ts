@@ -8,6 +8,7 @@ import type { RequestLog } from './observability/requests.js';
 import type { CachedStore } from './store/cached.js';
 import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
+import type { Tracing } from './tracing/index.js';
 
 /**
  * What every part of one tokengate instance shares: built once by buildTokengate(). A reload
@@ -32,4 +33,6 @@ export interface TokengateContext {
   readonly clientMetadata: ClientMetadata | null;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
+  /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
+  readonly tracing: Tracing | null;
 }

@@ -9,6 +9,7 @@ import type { GatewayRoute } from '../gateway/route-table.js';
 import { createListenerGuard } from '../http/listener-limits.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
+import { keepTrace, traceOf } from '../tracing/index.js';
 import { originalRequestReader } from './original-request.js';
 import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
 
@@ -83,8 +84,12 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
   guard.attachServer(server);
 
+  const tracing = context.tracing;
+
   function decide(request: IncomingMessage, response: ServerResponse): void {
     const started = performance.now();
+    // The server span continues the trace context the ingress passed on (Envoy, Traefik, Caddy send the client's).
+    if (tracing !== null) keepTrace(request, tracing.startRequest('decisions', request.method!, request.headers));
     const sentId = request.headers[requestIdHeader];
     const requestId = typeof sentId === 'string' && sentId !== '' ? sentId : nextRequestId();
     const original = readOriginalRequest(request);
@@ -97,11 +102,11 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     // 1-5. extract -> verify -> prove -> authorize -> meter, with the route as an ingress applies
     // it (no body, no query token unless allowed; the original request is the DPoP proof's subject).
     const route = located.route.throughIngress;
-    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original);
+    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original, traceOf(request) ?? null);
     if (checked instanceof Promise) {
       checked.then(
         (outcome) => answer(request, response, route, outcome, withBody, requestId, started),
-        (error: unknown) => fail(response, error, requestId),
+        (error: unknown) => fail(request, response, error, requestId),
       );
     } else {
       answer(request, response, route, checked, withBody, requestId, started);
@@ -132,7 +137,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     const elapsedMs = performance.now() - started;
     route.decisionAllowed.inc();
     route.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId);
+    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId, traceOf(request));
   }
 
   /** `withBody`: the answer goes to nginx, which drops its body; the body goes in a header too. */
@@ -140,7 +145,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     const elapsedMs = performance.now() - started;
     denial.decisionCount.inc();
     denial.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId);
+    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId, traceOf(request));
     // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
     if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');
     const cache = withBody ? refusalHeaders.withBody : refusalHeaders.plain;
@@ -155,8 +160,9 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   }
 
   // A store error is a denial (503); anything else is a bug, answered as the public listener's error handler answers it.
-  function fail(response: ServerResponse, error: unknown, requestId: string): void {
+  function fail(request: IncomingMessage, response: ServerResponse, error: unknown, requestId: string): void {
     log.error({ err: error, reqId: requestId }, 'unhandled error');
+    traceOf(request)?.end(internal.status, UNROUTED, undefined, null, 'internal');
     response.writeHead(internal.status, { ...internal.headers, [requestIdHeader]: requestId });
     response.end(internal.body);
   }

@@ -1,0 +1,275 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import {
+  createNoopMeter,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type Counter,
+  type Meter,
+  type MeterProvider,
+  type Span,
+  type TextMapGetter,
+  type TextMapSetter,
+} from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPExporterBase } from '@opentelemetry/otlp-exporter-base';
+import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
+import { JsonTraceSerializer, ProtobufTraceSerializer, TraceExporterMetricsHelper } from '@opentelemetry/otlp-transformer';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+  type ReadableSpan,
+  type Sampler,
+  type SpanExporter,
+} from '@opentelemetry/sdk-trace';
+import type { Logger } from 'pino';
+import type { AttributeValue, ChildSpan, RequestTrace, SpanCounts, TracedToken, Tracing } from './index.js';
+
+/** The route of a request that matched none (the access log's and the metrics' `(none)`). */
+const UNROUTED = '(none)';
+import type { TracingSettings } from './settings.js';
+
+/**
+ * The OpenTelemetry SDK as tokengate runs it, loaded only when tracing is on: a tracer provider
+ * of its own (nothing registered globally), ParentBased/TraceIdRatio sampling decided once per
+ * request at its server span, a BatchSpanProcessor with a bounded queue, and the OTLP/HTTP
+ * exporter. What was exported and what was dropped is counted from the SDK's own
+ * self-observability counter, so the figures are the processor's, not an estimate.
+ */
+export function createTracing(settings: TracingSettings, counts: SpanCounts, log: Logger): Tracing {
+  const provider = new TracerProvider({
+    resource: resourceFromAttributes({ ...settings.resourceAttributes, 'service.name': settings.serviceName }),
+    sampler: samplerOf(settings),
+    spanProcessors: [
+      new BatchSpanProcessor({
+        exporter: exporterOf(settings),
+        maxQueueSize: settings.maxQueueSize,
+        maxExportBatchSize: settings.maxExportBatchSize,
+        scheduledDelayMillis: settings.scheduledDelayMs,
+        // The exporter's own timeout ends an export first; this only keeps the processor moving.
+        exportTimeoutMillis: settings.timeoutMs + 1_000,
+        selfObsMeterProvider: processedSpans(counts),
+      }),
+    ],
+  });
+  const tracer = provider.getTracer('tokengate');
+  const propagator = new W3CTraceContextPropagator();
+  log.info({ url: withoutQuery(settings.url), protocol: settings.protocol, sampler: settings.sampler, ratio: settings.samplerRatio }, 'tracing on');
+
+  return {
+    startRequest(listener, method, headers) {
+      const parent = headers.traceparent === undefined ? ROOT_CONTEXT : propagator.extract(ROOT_CONTEXT, headers, HEADER_GETTER);
+      const span = tracer.startSpan(method, { kind: SpanKind.SERVER }, parent);
+      if (!span.isRecording()) return new UnrecordedTrace(span, parent !== ROOT_CONTEXT);
+      span.setAttribute('http.request.method', method);
+      span.setAttribute('tokengate.listener', listener);
+      return new RecordedTrace(span, method, tracer, propagator);
+    },
+    async shutdown() {
+      await provider.shutdown();
+    },
+  };
+}
+
+type Tracer = ReturnType<TracerProvider['getTracer']>;
+
+const HEADER_GETTER: TextMapGetter<IncomingHttpHeaders> = {
+  get: (headers, key) => headers[key],
+  keys: (headers) => Object.keys(headers),
+};
+
+/** Writes the propagated fields into a flat header list, after taking out the client's own. */
+const HEADER_LIST_SETTER: TextMapSetter<string[]> = {
+  set(headers, key, value) {
+    headers.push(key, value);
+  },
+};
+
+const TRACE_CONTEXT_FIELDS = new Set(['traceparent', 'tracestate']);
+
+/**
+ * A request whose trace is not recorded: the ids of the trace it joined (for the access log),
+ * nothing else. A request that came without a trace context has fresh ids nobody will ever
+ * see: none are kept. Forwarded as it came, its `traceparent` reaches the upstream untouched.
+ */
+class UnrecordedTrace implements RequestTrace {
+  readonly recording = false;
+  readonly traceId: string;
+  readonly spanId: string;
+
+  constructor(span: Span, joined: boolean) {
+    const context = joined ? span.spanContext() : null;
+    this.traceId = context?.traceId ?? '';
+    this.spanId = context?.spanId ?? '';
+  }
+
+  set(): void {}
+  child(): null {
+    return null;
+  }
+  upstream(): null {
+    return null;
+  }
+  end(): void {}
+}
+
+class RecordedTrace implements RequestTrace {
+  readonly recording = true;
+  readonly traceId: string;
+  readonly spanId: string;
+  private parent: Context | null = null;
+
+  constructor(
+    private readonly span: Span,
+    private readonly method: string,
+    private readonly tracer: Tracer,
+    private readonly propagator: W3CTraceContextPropagator,
+  ) {
+    const context = span.spanContext();
+    this.traceId = context.traceId;
+    this.spanId = context.spanId;
+  }
+
+  set(key: string, value: AttributeValue): void {
+    this.span.setAttribute(key, value);
+  }
+
+  child(name: string): ChildSpan {
+    return new StepSpan(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL }, this.context()));
+  }
+
+  upstream(method: string, url: URL, headers: string[]): ChildSpan {
+    const span = this.tracer.startSpan(method, { kind: SpanKind.CLIENT }, this.context());
+    span.setAttribute('http.request.method', method);
+    span.setAttribute('server.address', url.hostname);
+    span.setAttribute('server.port', Number(url.port || (url.protocol === 'https:' ? 443 : 80)));
+    for (let index = headers.length - 2; index >= 0; index -= 2) {
+      if (TRACE_CONTEXT_FIELDS.has(headers[index]!.toLowerCase())) headers.splice(index, 2);
+    }
+    this.propagator.inject(trace.setSpan(ROOT_CONTEXT, span), headers, HEADER_LIST_SETTER);
+    return new StepSpan(span, true);
+  }
+
+  end(status: number, route: string, reason?: string, token?: TracedToken | null, error?: string): void {
+    const span = this.span;
+    if (route !== UNROUTED) {
+      span.setAttribute('http.route', route);
+      span.updateName(`${this.method} ${route}`);
+    }
+    span.setAttribute('http.response.status_code', status);
+    if (token !== undefined && token !== null) {
+      span.setAttribute('tokengate.token.kind', token.kind);
+      span.setAttribute('tokengate.client_id', token.clientId);
+    }
+    if (reason !== undefined) span.setAttribute('tokengate.refusal.reason', reason);
+    if (error !== undefined) span.setAttribute('error.type', error);
+    // A server span is an error for what the server failed at (5xx), not for a client's refusal (4xx).
+    if (status >= 500 || error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR });
+    span.end();
+  }
+
+  private context(): Context {
+    return (this.parent ??= trace.setSpan(ROOT_CONTEXT, this.span));
+  }
+}
+
+class StepSpan implements ChildSpan {
+  constructor(
+    private readonly span: Span,
+    private readonly client = false,
+  ) {}
+
+  set(key: string, value: AttributeValue): void {
+    this.span.setAttribute(key, value);
+  }
+
+  end(failure?: string, status?: number): void {
+    if (status !== undefined) this.span.setAttribute('http.response.status_code', status);
+    if (failure !== undefined) {
+      this.span.setAttribute('error.type', failure);
+      this.span.setStatus({ code: SpanStatusCode.ERROR });
+    } else if (this.client && status !== undefined && status >= 500) {
+      this.span.setAttribute('error.type', String(status));
+      this.span.setStatus({ code: SpanStatusCode.ERROR });
+    }
+    this.span.end();
+  }
+}
+
+function samplerOf(settings: TracingSettings): Sampler {
+  const ratio = new TraceIdRatioBasedSampler(settings.samplerRatio);
+  switch (settings.sampler) {
+    case 'always_on':
+      return new AlwaysOnSampler();
+    case 'always_off':
+      return new AlwaysOffSampler();
+    case 'traceidratio':
+      return ratio;
+    case 'parentbased_always_on':
+      return new ParentBasedSampler({ root: new AlwaysOnSampler() });
+    case 'parentbased_always_off':
+      return new ParentBasedSampler({ root: new AlwaysOffSampler() });
+    case 'parentbased_traceidratio':
+      return new ParentBasedSampler({ root: ratio });
+  }
+}
+
+function exporterOf(settings: TracingSettings): SpanExporter {
+  const json = settings.protocol === 'http/json';
+  const options = convertLegacyHttpOptions(
+    {
+      url: settings.url,
+      headers: { ...settings.headers },
+      timeoutMillis: settings.timeoutMs,
+      // One export at a time: a collector that hangs holds one batch, the queue fills and the rest is dropped and counted.
+      concurrencyLimit: 1,
+    },
+    'TRACES',
+    'v1/traces',
+    { 'Content-Type': json ? 'application/json' : 'application/x-protobuf' },
+  );
+  return new OTLPExporterBase<ReadableSpan[]>(
+    createOtlpHttpExportDelegate(
+      options,
+      json ? JsonTraceSerializer : ProtobufTraceSerializer,
+      'otlp_http_span_exporter',
+      TraceExporterMetricsHelper,
+      undefined,
+    ),
+  );
+}
+
+/**
+ * The batch processor reports every span it is done with on `otel.sdk.processor.span.processed`,
+ * with `error.type` when it was not exported (`queue_full`, or the export's error): tokengate's
+ * exported and dropped counters, read from that one counter.
+ */
+function processedSpans(counts: SpanCounts): MeterProvider {
+  const processed: Counter = {
+    add(count, attributes) {
+      const failure = attributes?.['error.type'];
+      if (failure === undefined) counts.exported.inc(count);
+      else counts.dropped.inc({ reason: failure === 'queue_full' ? 'queue_full' : 'export_failed' }, count);
+    },
+  };
+  const noop = createNoopMeter();
+  const meter: Meter = Object.assign(Object.create(noop) as Meter, {
+    createCounter: (name: string) => (name === 'otel.sdk.processor.span.processed' ? processed : noop.createCounter(name)),
+  });
+  return { getMeter: () => meter };
+}
+
+function withoutQuery(url: string): string {
+  const parsed = new URL(url);
+  parsed.username = '';
+  parsed.password = '';
+  parsed.search = '';
+  return parsed.toString();
+}
