@@ -86,7 +86,9 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     ? (await import('./client-metadata/index.js')).createClientMetadata(config.clientMetadataDocuments, config.issuer, store.backend, metrics, log)
     : null;
   // Every process that serves requests exports its own spans (each worker of server.workers).
-  const tracing = servesPublic ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log) : null;
+  const tracing = servesPublic
+    ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log)
+    : null;
   const context: TokengateContext = {
     config,
     store: cache ?? store,

@@ -445,7 +445,7 @@ export const TracingSchema = closed({
   }),
   endpoint: Type.String({
     default: 'http://localhost:4318',
-    description: 'The collector\'s OTLP/HTTP base URL; spans go to `<endpoint>/v1/traces` (OTEL_EXPORTER_OTLP_ENDPOINT wins).',
+    description: "The collector's OTLP/HTTP base URL; spans go to `<endpoint>/v1/traces` (OTEL_EXPORTER_OTLP_ENDPOINT wins).",
   }),
   tracesEndpoint: Type.String({
     default: '',
@@ -454,7 +454,7 @@ export const TracingSchema = closed({
   protocol: oneOf(['http/protobuf', 'http/json'] as const, 'http/protobuf', 'OTLP encoding (OTEL_EXPORTER_OTLP_PROTOCOL or _TRACES_PROTOCOL wins).'),
   headers: Type.Record(Type.String({ minLength: 1 }), Type.String(), {
     default: {},
-    description: 'Headers sent with every export, e.g. a collector\'s API key from the environment (OTEL_EXPORTER_OTLP_HEADERS adds to them). Never logged.',
+    description: "Headers sent with every export, e.g. a collector's API key from the environment (OTEL_EXPORTER_OTLP_HEADERS adds to them). Never logged.",
   }),
   timeoutMs: Milliseconds(10_000, 'How long one export may take, retries included (OTEL_EXPORTER_OTLP_TIMEOUT or _TRACES_TIMEOUT wins).'),
   maxQueueSize: Type.Integer({

@@ -115,7 +115,12 @@ function prove<Target>(
 }
 
 // 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
-function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken, trace: RequestTrace | null): Checked | Denial | Promise<Checked | Denial> {
+function authorize<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  trace: RequestTrace | null,
+): Checked | Denial | Promise<Checked | Denial> {
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];

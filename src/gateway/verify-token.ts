@@ -41,7 +41,14 @@ export function verifyToken(
 
 /** The cache's answer on the request's span, and a child span for the store read when there is one (before the cache forgets what it knew). */
 function storeReadSpan(trace: RequestTrace, cache: CachedStore | null, digest: string, cached: VerifiedToken | undefined): ChildSpan | null {
-  const outcome = cache === null ? 'off' : cached !== undefined && cached.expiresAt <= Date.now() ? 'expired' : cached === undefined && cache.knowsUnknown(digest) ? 'negative' : 'miss';
+  const outcome =
+    cache === null
+      ? 'off'
+      : cached !== undefined && cached.expiresAt <= Date.now()
+        ? 'expired'
+        : cached === undefined && cache.knowsUnknown(digest)
+          ? 'negative'
+          : 'miss';
   trace.set('tokengate.cache', outcome);
   return outcome === 'off' || outcome === 'miss' ? trace.child('tokengate.store.read_token') : null;
 }

@@ -70,7 +70,12 @@ export interface SpanCounts {
 }
 
 /** Starts tracing when the config or the environment turns it on; null (nothing loaded) otherwise. */
-export async function startTracing(section: TracingConfig, env: Readonly<Record<string, string | undefined>>, counts: SpanCounts, log: Logger): Promise<Tracing | null> {
+export async function startTracing(
+  section: TracingConfig,
+  env: Readonly<Record<string, string | undefined>>,
+  counts: SpanCounts,
+  log: Logger,
+): Promise<Tracing | null> {
   const { settings } = tracingSettings(section, env);
   if (settings === null) return null;
   const { createTracing } = await import('./sdk.js');

@@ -43,12 +43,14 @@ export function tracingSettings(section: TracingConfig, env: Environment): { set
   };
 
   const exporter = fromEnv('OTEL_TRACES_EXPORTER');
-  if (exporter !== undefined && exporter !== 'otlp' && exporter !== 'none') refuse('OTEL_TRACES_EXPORTER', `must be otlp or none, got ${JSON.stringify(exporter)}`, 'tracing.enabled');
+  if (exporter !== undefined && exporter !== 'otlp' && exporter !== 'none')
+    refuse('OTEL_TRACES_EXPORTER', `must be otlp or none, got ${JSON.stringify(exporter)}`, 'tracing.enabled');
   const disabled = fromEnv('OTEL_SDK_DISABLED')?.toLowerCase() === 'true' || exporter === 'none';
   const enabled = !disabled && (section.enabled || exporter === 'otlp');
 
   const sampler = fromEnv('OTEL_TRACES_SAMPLER') ?? section.sampler;
-  if (!SAMPLERS.includes(sampler as Sampler)) refuse('OTEL_TRACES_SAMPLER', `must be one of ${SAMPLERS.join(', ')}, got ${JSON.stringify(sampler)}`, 'tracing.sampler');
+  if (!SAMPLERS.includes(sampler as Sampler))
+    refuse('OTEL_TRACES_SAMPLER', `must be one of ${SAMPLERS.join(', ')}, got ${JSON.stringify(sampler)}`, 'tracing.sampler');
 
   const samplerRatio = number('OTEL_TRACES_SAMPLER_ARG', fromEnv('OTEL_TRACES_SAMPLER_ARG'), section.samplerRatio, 'tracing.samplerRatio', 0, 1, false);
 
@@ -69,7 +71,15 @@ export function tracingSettings(section: TracingConfig, env: Environment): { set
     Number.MAX_SAFE_INTEGER,
     true,
   );
-  const maxQueueSize = number('OTEL_BSP_MAX_QUEUE_SIZE', fromEnv('OTEL_BSP_MAX_QUEUE_SIZE'), section.maxQueueSize, 'tracing.maxQueueSize', 1, Number.MAX_SAFE_INTEGER, true);
+  const maxQueueSize = number(
+    'OTEL_BSP_MAX_QUEUE_SIZE',
+    fromEnv('OTEL_BSP_MAX_QUEUE_SIZE'),
+    section.maxQueueSize,
+    'tracing.maxQueueSize',
+    1,
+    Number.MAX_SAFE_INTEGER,
+    true,
+  );
   const maxExportBatchSize = number(
     'OTEL_BSP_MAX_EXPORT_BATCH_SIZE',
     fromEnv('OTEL_BSP_MAX_EXPORT_BATCH_SIZE'),
@@ -82,9 +92,20 @@ export function tracingSettings(section: TracingConfig, env: Environment): { set
   if (maxExportBatchSize > maxQueueSize) {
     problems.push({ path: 'tracing.maxExportBatchSize', message: `must not exceed tracing.maxQueueSize (${maxQueueSize}), got ${maxExportBatchSize}` });
   }
-  const scheduledDelayMs = number('OTEL_BSP_SCHEDULE_DELAY', fromEnv('OTEL_BSP_SCHEDULE_DELAY'), section.scheduledDelayMs, 'tracing.scheduledDelayMs', 1, Number.MAX_SAFE_INTEGER, true);
+  const scheduledDelayMs = number(
+    'OTEL_BSP_SCHEDULE_DELAY',
+    fromEnv('OTEL_BSP_SCHEDULE_DELAY'),
+    section.scheduledDelayMs,
+    'tracing.scheduledDelayMs',
+    1,
+    Number.MAX_SAFE_INTEGER,
+    true,
+  );
 
-  const resourceAttributes = { ...section.resourceAttributes, ...keyValues('OTEL_RESOURCE_ATTRIBUTES', fromEnv('OTEL_RESOURCE_ATTRIBUTES'), 'tracing.resourceAttributes') };
+  const resourceAttributes = {
+    ...section.resourceAttributes,
+    ...keyValues('OTEL_RESOURCE_ATTRIBUTES', fromEnv('OTEL_RESOURCE_ATTRIBUTES'), 'tracing.resourceAttributes'),
+  };
   const serviceName = fromEnv('OTEL_SERVICE_NAME') ?? resourceAttributes['service.name'] ?? section.serviceName;
   const headers = {
     ...section.headers,
