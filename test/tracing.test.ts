@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig, type ConfigError } from '../src/config/load.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
-import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { callerTraceparent, parseTraceparent, startCollector, type Collector, type ReceivedSpan } from './support/otlp.js';
 import { eventually } from './support/wait.js';
 
@@ -148,6 +148,59 @@ describe('a request through the gateway', () => {
     const server = only(spans, SERVER);
     expect(server.attributes['tokengate.dpop']).toBe(true);
     expect(only(spans, INTERNAL, 'tokengate.dpop.replay_mark').parentSpanId).toBe(server.spanId);
+  });
+});
+
+describe('what is never recorded', () => {
+  it('a token in the header, the query, a form body and a JSON body, a DPoP proof, a cookie, a client secret and an issued token appear in no exported byte', async () => {
+    const secrets: string[] = [];
+    const traced: string[] = [];
+    const send = async (path: string, init: RequestInit & { headers?: Record<string, string> }, expected: number) => {
+      const caller = callerTraceparent(true);
+      traced.push(caller.traceId);
+      const response = await fetch(`${gateway.baseUrl}${path}`, { ...init, headers: { ...init.headers, traceparent: caller.traceparent } });
+      expect(response.status, path).toBe(expected);
+      return response;
+    };
+    const inHeader = await gateway.issue();
+    const inQuery = await gateway.issue();
+    const inForm = await gateway.issue();
+    const inJson = await gateway.issue();
+    secrets.push(inHeader, inQuery, inForm, inJson);
+    await send('/api/public/me', { headers: { authorization: `Bearer ${inHeader}`, cookie: 'session=cookie-value-never-recorded' } }, 200);
+    await send(`/api/public/me?access_token=${inQuery}&page=query-value-never-recorded`, {}, 200);
+    await send('/api/public/form', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `access_token=${inForm}` }, 200);
+    await send('/api/public/json', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ access_token: inJson }) }, 200);
+    // Refused ones too: a made-up token, and one in the query of a refused request.
+    const forged = 'A'.repeat(43);
+    secrets.push(forged);
+    await send('/api/public/me', { headers: { authorization: `Bearer ${forged}` } }, 401);
+
+    const keys = await generateKeyPair('ES256');
+    const jwk = await exportJWK(keys.publicKey);
+    const bound = await gateway.issue({ kind: 'application', userId: null, familyId: null, jkt: await calculateJwkThumbprint(jwk) });
+    const proof = await dpopProof(keys.privateKey, jwk, `${gateway.baseUrl}/api/bound/tickets`, bound);
+    secrets.push(bound, proof, ...proof.split('.'));
+    await send('/api/bound/tickets', { headers: { authorization: `DPoP ${bound}`, dpop: proof } }, 200);
+
+    const application = await registerApplication(gateway.store);
+    secrets.push(application.clientSecret!);
+    const granted = await send(
+      '/oauth/token',
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ grant_type: 'client_credentials', client_id: application.clientId, client_secret: application.clientSecret! }).toString(),
+      },
+      200,
+    );
+    secrets.push(((await granted.json()) as { access_token: string }).access_token);
+
+    for (const traceId of traced) await spansOf(traceId, 1);
+    const exported = Buffer.concat(collector.bodies);
+    for (const secret of [...secrets, 'cookie-value-never-recorded', 'query-value-never-recorded', 'access_token']) {
+      expect(exported.includes(Buffer.from(secret)), `${secret.slice(0, 12)}... in an exported span`).toBe(false);
+    }
   });
 });
 
