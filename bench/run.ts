@@ -32,6 +32,10 @@ import {
   nginxRedis,
   revocation,
   soak,
+  tracingAll,
+  tracingOff,
+  tracingTenth,
+  tracingUnsampled,
   unknownTokenFlood,
   workersNginxLru,
   workersNginxRedis,
@@ -58,6 +62,7 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
   rowsInTurns('rate-limit-commands', [rateLimitCommands]),
+  rowsInTurns('tracing', [tracingOff, tracingUnsampled, tracingTenth, tracingAll]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
