@@ -151,6 +151,30 @@ describe('a request through the gateway', () => {
   });
 });
 
+describe('the issuer', () => {
+  it('traces a grant: the token endpoint as the server span, the grant and its store writes as children', async () => {
+    const application = await registerApplication(gateway.store);
+    const caller = callerTraceparent(true);
+    const response = await fetch(`${gateway.baseUrl}/oauth/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', traceparent: caller.traceparent },
+      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: application.clientId, client_secret: application.clientSecret! }).toString(),
+    });
+    expect(response.status).toBe(200);
+    const spans = await spansOf(caller.traceId, 3);
+    const server = only(spans, SERVER);
+    expect(server.name).toBe('POST /oauth/token');
+    expect(server.attributes).toMatchObject({
+      'tokengate.grant_type': 'client_credentials',
+      'tokengate.client_id': application.clientId,
+      'http.response.status_code': 200,
+    });
+    const grant = only(spans, INTERNAL, 'tokengate.issuer.grant');
+    expect(grant.parentSpanId).toBe(server.spanId);
+    expect(only(spans, INTERNAL, 'tokengate.store.save_tokens').parentSpanId).toBe(server.spanId);
+  });
+});
+
 describe('what is never recorded', () => {
   it('a token in the header, the query, a form body and a JSON body, a DPoP proof, a cookie, a client secret and an issued token appear in no exported byte', async () => {
     const secrets: string[] = [];
