@@ -134,7 +134,7 @@ describe('tracing while the collector fails', () => {
       const failing = summary('failing', await loadPhase());
 
       const phases = [healthy, down, hung, failing];
-      console.log(JSON.stringify(phases));
+      process.stdout.write(`${JSON.stringify(phases)}\n`);
       for (const phase of phases) {
         expect(phase.failed, phase.name).toBe(0);
         expect(phase.requests, phase.name).toBeGreaterThan((RATE * PHASE_MS) / 1000 / 2);
