@@ -131,6 +131,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     checked.admission?.appendFields(headers);
     const reusable = reusableSeconds(route, checked, request.headers.dpop);
     if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable));
+    // The check's span, for an ingress that puts it on the request it forwards (the resource service's spans then hang under it).
+    traceOf(request)?.answerWith(headers);
     headers.push('cache-control', 'no-store', 'content-length', '0');
     response.writeHead(200, headers);
     response.end();

@@ -44,6 +44,11 @@ export interface RequestTrace {
    */
   upstream(method: string, url: URL, headers: string[]): ChildSpan | null;
   /**
+   * Adds the server span's `traceparent` (and `tracestate`) to a decision's answer headers, for
+   * an ingress that copies them onto the request it forwards; nothing when not recording.
+   */
+  answerWith(headers: string[]): void;
+  /**
    * The request is answered: its status, its route (a gateway route's prefix or an endpoint's
    * pattern: `http.route` and the span's name), why tokengate refused it, the token it carried
    * (its kind and client id, never its value), an upstream failure's code.

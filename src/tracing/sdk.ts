@@ -117,6 +117,7 @@ class UnrecordedTrace implements RequestTrace {
   upstream(): null {
     return null;
   }
+  answerWith(): void {}
   end(): void {}
 }
 
@@ -155,6 +156,10 @@ class RecordedTrace implements RequestTrace {
     }
     this.propagator.inject(trace.setSpan(ROOT_CONTEXT, span), headers, HEADER_LIST_SETTER);
     return new StepSpan(span, true);
+  }
+
+  answerWith(headers: string[]): void {
+    this.propagator.inject(this.context(), headers, HEADER_LIST_SETTER);
   }
 
   end(status: number, route: string, reason?: string, token?: TracedToken | null, error?: string): void {
