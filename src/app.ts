@@ -144,6 +144,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     logController: new LogController({ disableRequestLogging: true }),
     ...opsLimits.serverOptions(),
   });
+  // Each request's trace is a field of fastify's request, there from its start.
+  if (tracing !== null) app.decorateRequest('trace', null);
   publicLimits.attach(app);
   opsLimits.attach(ops);
   for (const [server, listener] of [

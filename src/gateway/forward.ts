@@ -13,7 +13,7 @@ import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';
 import type { HeaderRules } from './upstream-headers.js';
 import { Pool } from './upstream-pool.js';
-import { traceOf, type ChildSpan } from '../tracing/index.js';
+import type { ChildSpan } from '../tracing/index.js';
 
 /** One upstream of one route, compiled at start; requests only read it. */
 export interface ForwardTarget {
@@ -124,7 +124,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     }
     const headers = rules.request(raw, token, request.id, bodyLength);
     // A recorded request's upstream call is its client span, whose context the upstream receives; any other forwards the client's as it came.
-    const upstreamSpan = traceOf(raw)?.upstream(method, target.url, headers) ?? null;
+    const upstreamSpan = request.trace?.upstream(method, target.url, headers) ?? null;
     const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader, upstreamSpan);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a
     // removal. One listener function for every response, the handler kept on it: no closure per request.

@@ -8,7 +8,6 @@ import { check, isDenial, locate, type Checked, type Located } from './check.js'
 import { deny, type Denial } from './denials.js';
 import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
 import { compileRouteTable, type RouteTable } from './route-table.js';
-import { keepTrace } from '../tracing/index.js';
 import { compileHeaderRules, type HeaderRules } from './upstream-headers.js';
 import { handleUpgrades, isUpgrade, isWebSocketUpgrade } from './upgrade.js';
 
@@ -101,7 +100,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       const raw = request.raw;
       // The server span, kept on the request: every way the request ends ends it (RouteRequests).
       const trace = tracing === null ? null : tracing.startRequest('public', raw.method!, raw.headers);
-      if (trace !== null) keepTrace(raw, trace);
+      if (trace !== null) request.trace = trace;
       // 0. where: the normalized path picks the route and is exactly what the upstream receives.
       const located = locate(table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
       if (isDenial(located)) return refuse(request, reply, located);

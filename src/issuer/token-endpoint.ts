@@ -8,7 +8,6 @@ import { parseScope } from '../token/scope.js';
 import { clientFinder } from './clients.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
-import { traceOf } from '../tracing/index.js';
 import type { TokenResponse } from './issue-tokens.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
 
@@ -40,7 +39,7 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
       const dpopJkt = await tokenRequestBinding(request, reply, context.dpop, client.application, tokenEndpointUrl);
-      const trace = traceOf(request.raw) ?? null;
+      const trace = request.trace ?? null;
       trace?.set('tokengate.grant_type', grantType.type);
       trace?.set('tokengate.client_id', client.application.clientId);
       const grant = trace?.child('tokengate.issuer.grant') ?? null;

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { failureOf } from '../errors.js';
 import type { Metrics } from './metrics.js';
-import { keepTrace, traceOf, type RequestTrace, type Tracing } from '../tracing/index.js';
+import type { RequestTrace, Tracing } from '../tracing/index.js';
 import type { CounterSlot, HistogramSlot, SlotCounter, SlotHistogram } from './slot-metrics.js';
 
 /**
@@ -86,7 +86,7 @@ export class RouteRequests {
    * timeout, a body cut short), which the access log takes like a 5xx whatever status was sent.
    */
   completed(request: FastifyRequest, reply: FastifyReply, status: number, reason?: string, token?: TokenIdentity | null, error?: string): void {
-    this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error, undefined, traceOf(request.raw));
+    this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error, undefined, request.trace ?? undefined);
   }
 
   /**
@@ -125,7 +125,7 @@ export class RouteRequests {
     if (error !== undefined) line.error = error;
     if (trace !== undefined && trace.traceId !== '') {
       line.trace_id = trace.traceId;
-      line.span_id = trace.spanId;
+      if (trace.spanId !== '') line.span_id = trace.spanId;
     }
     if (status >= 500 || error !== undefined) log.warn(line, 'request completed');
     else log.info(line, 'request completed');
@@ -162,7 +162,7 @@ export function observeRequests(scope: FastifyInstance, listener: string, metric
   const routes = new Map<string, RouteRequests>();
   if (tracing !== null) {
     scope.addHook('onRequest', (request, _reply, done) => {
-      keepTrace(request.raw, tracing.startRequest('public', request.raw.method!, request.raw.headers));
+      request.trace = tracing.startRequest('public', request.raw.method!, request.raw.headers);
       done();
     });
   }

@@ -1,4 +1,4 @@
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Logger } from 'pino';
 import type { TracingConfig } from '../config/schema.js';
 import { tracingSettings } from './settings.js';
@@ -87,17 +87,13 @@ export async function startTracing(
   return createTracing(settings, counts, log);
 }
 
-const kRequestTrace = Symbol('tokengate.requestTrace');
-interface TracedRequest extends IncomingMessage {
-  [kRequestTrace]?: RequestTrace;
-}
-
-/** Keeps a request's trace on the request, for the steps that have the request and not the trace. */
-export function keepTrace(request: IncomingMessage, trace: RequestTrace): void {
-  (request as TracedRequest)[kRequestTrace] = trace;
-}
-
-/** The trace kept on a request; undefined when tracing is off. */
-export function traceOf(request: IncomingMessage): RequestTrace | undefined {
-  return (request as TracedRequest)[kRequestTrace];
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * The request's trace, for the steps that have the request and not the trace. A field of
+     * every request from its start when tracing is on (`decorateRequest`), so requests keep one
+     * shape; absent when tracing is off.
+     */
+    trace?: RequestTrace | null;
+  }
 }

@@ -5,6 +5,7 @@ import {
   SpanKind,
   SpanStatusCode,
   trace,
+  TraceFlags,
   type Context,
   type Counter,
   type Meter,
@@ -22,6 +23,9 @@ import {
   AlwaysOffSampler,
   AlwaysOnSampler,
   BatchSpanProcessor,
+  RandomIdGenerator,
+  SamplingDecision,
+  type IdGenerator,
   ParentBasedSampler,
   TraceIdRatioBasedSampler,
   TracerProvider,
@@ -44,7 +48,9 @@ import type { TracingSettings } from './settings.js';
  * self-observability counter, so the figures are the processor's, not an estimate.
  */
 export function createTracing(settings: TracingSettings, counts: SpanCounts, log: Logger): Tracing {
+  const ids = new PresetTraceIds();
   const provider = new TracerProvider({
+    idGenerator: ids,
     resource: resourceFromAttributes({ ...settings.resourceAttributes, 'service.name': settings.serviceName }),
     sampler: samplerOf(settings),
     spanProcessors: [
@@ -61,13 +67,41 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
   });
   const tracer = provider.getTracer('tokengate');
   const propagator = new W3CTraceContextPropagator();
+  const rootRatio = rootRatioOf(settings);
+  const rootSampler = new TraceIdRatioBasedSampler(rootRatio);
+  const followsParent = settings.sampler.startsWith('parentbased_');
+
+  /**
+   * The sampler's decision, taken before the SDK is asked for a span, so that a request that is
+   * not recorded costs no span at all: a root request by the ratio on a trace id drawn here (the
+   * one its span then gets, so the SDK's sampler agrees), a child of an unsampled caller by the
+   * caller's flag.
+   */
+  function parentOf(headers: IncomingHttpHeaders): Context | RequestTrace {
+    if (headers.traceparent === undefined) {
+      if (rootRatio === 0) return UNTRACED;
+      if (rootRatio < 1) {
+        const traceId = ids.fresh();
+        if (rootSampler.shouldSample(ROOT_CONTEXT, traceId).decision !== SamplingDecision.RECORD_AND_SAMPLED) return UNTRACED;
+        ids.preset = traceId;
+      }
+      return ROOT_CONTEXT;
+    }
+    const parent = propagator.extract(ROOT_CONTEXT, headers, HEADER_GETTER);
+    const caller = trace.getSpanContext(parent);
+    if (caller === undefined) return parentOf(NO_HEADERS);
+    if (followsParent && (caller.traceFlags & TraceFlags.SAMPLED) === 0) return new UnrecordedTrace(caller.traceId, '');
+    return parent;
+  }
+
   log.info({ url: withoutQuery(settings.url), protocol: settings.protocol, sampler: settings.sampler, ratio: settings.samplerRatio }, 'tracing on');
 
   return {
     startRequest(listener, method, headers) {
-      const parent = headers.traceparent === undefined ? ROOT_CONTEXT : propagator.extract(ROOT_CONTEXT, headers, HEADER_GETTER);
+      const parent = parentOf(headers);
+      if (!isContext(parent)) return parent;
       const span = tracer.startSpan(method, { kind: SpanKind.SERVER }, parent);
-      if (!span.isRecording()) return new UnrecordedTrace(span, parent !== ROOT_CONTEXT);
+      if (!span.isRecording()) return parent === ROOT_CONTEXT ? UNTRACED : new UnrecordedTrace(span.spanContext().traceId, '');
       span.setAttribute('http.request.method', method);
       span.setAttribute('tokengate.listener', listener);
       return new RecordedTrace(span, method, tracer, propagator);
@@ -95,20 +129,16 @@ const HEADER_LIST_SETTER: TextMapSetter<string[]> = {
 const TRACE_CONTEXT_FIELDS = new Set(['traceparent', 'tracestate']);
 
 /**
- * A request whose trace is not recorded: the ids of the trace it joined (for the access log),
- * nothing else. A request that came without a trace context has fresh ids nobody will ever
- * see: none are kept. Forwarded as it came, its `traceparent` reaches the upstream untouched.
+ * A request whose trace is not recorded: the id of the trace it joined (for the access log),
+ * nothing else. Forwarded as it came, its `traceparent` reaches the upstream untouched.
  */
 class UnrecordedTrace implements RequestTrace {
   readonly recording = false;
-  readonly traceId: string;
-  readonly spanId: string;
 
-  constructor(span: Span, joined: boolean) {
-    const context = joined ? span.spanContext() : null;
-    this.traceId = context?.traceId ?? '';
-    this.spanId = context?.spanId ?? '';
-  }
+  constructor(
+    readonly traceId: string,
+    readonly spanId: string,
+  ) {}
 
   set(): void {}
   child(): null {
@@ -119,6 +149,42 @@ class UnrecordedTrace implements RequestTrace {
   }
   answerWith(): void {}
   end(): void {}
+}
+
+/** A request that joined no trace and starts none: one shared value, no ids. */
+const UNTRACED: RequestTrace = new UnrecordedTrace('', '');
+const NO_HEADERS: IncomingHttpHeaders = {};
+
+function isContext(parent: Context | RequestTrace): parent is Context {
+  return !(parent instanceof UnrecordedTrace);
+}
+
+/** The share of requests without a sampled caller that start a recorded trace. */
+function rootRatioOf(settings: TracingSettings): number {
+  if (settings.sampler === 'always_on' || settings.sampler === 'parentbased_always_on') return 1;
+  if (settings.sampler === 'always_off' || settings.sampler === 'parentbased_always_off') return 0;
+  return settings.samplerRatio;
+}
+
+/** Random ids, except a root span's trace id when the root sampling decision was taken on it already. */
+class PresetTraceIds implements IdGenerator {
+  private readonly random = new RandomIdGenerator();
+  preset: string | null = null;
+
+  fresh(): string {
+    return this.random.generateTraceId();
+  }
+
+  generateTraceId(): string {
+    const preset = this.preset;
+    if (preset === null) return this.random.generateTraceId();
+    this.preset = null;
+    return preset;
+  }
+
+  generateSpanId(): string {
+    return this.random.generateSpanId();
+  }
 }
 
 class RecordedTrace implements RequestTrace {

@@ -11,7 +11,6 @@ import { resourceRegistry } from '../../resource/registry.js';
 import { audienceOf } from '../issue-tokens.js';
 import { clientFinder } from '../clients.js';
 import { createUserSource } from '../users.js';
-import { traceOf } from '../../tracing/index.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
 import { Sessions, csrfTokenMatches, type PendingAuthorization, type Session } from './session.js';
@@ -150,7 +149,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       }
       let userId: string | null;
       // The user source (the store, or the operator's user service over HTTP) as a span: its time, never the credentials.
-      const verifying = traceOf(request.raw)?.child('tokengate.users.verify') ?? null;
+      const verifying = request.trace?.child('tokengate.users.verify') ?? null;
       verifying?.set('tokengate.users.source', issuer.users.source);
       try {
         userId = await users.verify(email, password);
