@@ -107,6 +107,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   let hash = configHash(config);
   metrics.configInfo.set({ hash }, 1);
   for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
+  for (const reason of ['queue_full', 'export_failed'] as const) metrics.traceSpansDropped.inc({ reason }, 0);
   metrics.configLastReloadSuccessful.set(1);
 
   const publicLimits = createListenerGuard(
