@@ -28,6 +28,8 @@ export interface TracingSettings {
 
 type Environment = Readonly<Record<string, string | undefined>>;
 
+/** A Node timer set for longer fires at once (as the config's own millisecond keys are bounded). */
+const LONGEST_TIMER_MS = 2_147_483_647;
 const SAMPLERS: readonly Sampler[] = ['parentbased_traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'traceidratio', 'always_on', 'always_off'];
 const PROTOCOLS: readonly Protocol[] = ['http/protobuf', 'http/json'];
 
@@ -68,7 +70,7 @@ export function tracingSettings(section: TracingConfig, env: Environment): { set
     section.timeoutMs,
     'tracing.timeoutMs',
     1,
-    Number.MAX_SAFE_INTEGER,
+    LONGEST_TIMER_MS,
     true,
   );
   const maxQueueSize = number(
