@@ -10,7 +10,7 @@ const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, desc
 
 const Seconds = (defaultValue: number, description: string, minimum = 0) => Type.Integer({ minimum, default: defaultValue, description });
 /** Node's timers hold a signed 32-bit delay: a longer one fires at once instead (with a warning). */
-const LONGEST_TIMER_MS = 2_147_483_647;
+export const LONGEST_TIMER_MS = 2_147_483_647;
 const Milliseconds = (defaultValue: number, description: string, minimum = 1) =>
   Type.Integer({ minimum, maximum: LONGEST_TIMER_MS, default: defaultValue, description });
 /** lru-cache allocates its index arrays for the whole capacity at start: a billion entries is an out-of-memory crash, not a cache. */

@@ -1,5 +1,5 @@
 import type { ConfigProblem } from '../config/problem.js';
-import type { TracingConfig } from '../config/schema.js';
+import { LONGEST_TIMER_MS, type TracingConfig } from '../config/schema.js';
 
 /**
  * The `tracing` section with OpenTelemetry's standard environment variables applied over it: a
@@ -28,8 +28,6 @@ export interface TracingSettings {
 
 type Environment = Readonly<Record<string, string | undefined>>;
 
-/** A Node timer set for longer fires at once (as the config's own millisecond keys are bounded). */
-const LONGEST_TIMER_MS = 2_147_483_647;
 const SAMPLERS: readonly Sampler[] = ['parentbased_traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'traceidratio', 'always_on', 'always_off'];
 const PROTOCOLS: readonly Protocol[] = ['http/protobuf', 'http/json'];
 
