@@ -6,6 +6,7 @@ import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { callerTraceparent, parseTraceparent, startCollector, type Collector, type ReceivedSpan } from './support/otlp.js';
+import { accessLines, captureLog } from './support/log.js';
 import { eventually } from './support/wait.js';
 
 /**
@@ -301,6 +302,41 @@ describe('sampling', () => {
     await fetch(`${sparse.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}`, traceparent: sampled.traceparent } });
     await spansOf(sampled.traceId, 2, sparseCollector);
     expect(sparseCollector.spans.slice(before).filter((span) => span.traceId === unsampled.traceId)).toHaveLength(0);
+  });
+});
+
+describe('the access log', () => {
+  it("carries the trace and server span of a traced request, and the caller's trace of one not recorded", async () => {
+    const log = captureLog('info');
+    const logged = await startTokengate('tracing-log', {
+      logger: log.logger,
+      config: {
+        logging: { requests: 'all' },
+        routes: routes(upstream.url).slice(0, 1),
+        tracing: { enabled: true, endpoint: collector.url, samplerRatio: 0, scheduledDelayMs: 20 },
+      },
+    });
+    try {
+      const token = await logged.issue();
+      const sampled = callerTraceparent(true);
+      const unsampled = callerTraceparent(false);
+      for (const caller of [sampled, unsampled]) {
+        expect(
+          (await fetch(`${logged.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}`, traceparent: caller.traceparent } })).status,
+        ).toBe(200);
+      }
+      expect((await fetch(`${logged.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+      const server = only(await spansOf(sampled.traceId, 2), SERVER);
+      const lines = accessLines(log);
+      expect(lines.map((line) => [line.trace_id, line.span_id])).toEqual([
+        [sampled.traceId, server.spanId],
+        [unsampled.traceId, undefined],
+        // No caller, not sampled: no trace at all.
+        [undefined, undefined],
+      ]);
+    } finally {
+      await logged.close();
+    }
   });
 });
 
