@@ -34,7 +34,7 @@ import {
   type SpanExporter,
 } from '@opentelemetry/sdk-trace';
 import type { Logger } from 'pino';
-import type { AttributeValue, ChildSpan, RequestTrace, SpanCounts, TracedToken, Tracing } from './index.js';
+import type { AttributeValue, ChildSpan, RequestTrace, SpanCounts, TracedToken, Tracing } from './trace.js';
 
 /** The route of a request that matched none (the access log's and the metrics' `(none)`). */
 const UNROUTED = '(none)';
