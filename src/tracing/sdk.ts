@@ -218,7 +218,9 @@ class RecordedTrace implements RequestTrace {
     span.setAttribute('server.address', url.hostname);
     span.setAttribute('server.port', Number(url.port || (url.protocol === 'https:' ? 443 : 80)));
     for (let index = headers.length - 2; index >= 0; index -= 2) {
-      if (TRACE_CONTEXT_FIELDS.has(headers[index]!.toLowerCase())) headers.splice(index, 2);
+      const name = headers[index]!;
+      // Only a name of their lengths can be one of them: the others are not lower-cased.
+      if ((name.length === 11 || name.length === 10) && TRACE_CONTEXT_FIELDS.has(name.toLowerCase())) headers.splice(index, 2);
     }
     this.propagator.inject(trace.setSpan(ROOT_CONTEXT, span), headers, HEADER_LIST_SETTER);
     return new StepSpan(span, true);
