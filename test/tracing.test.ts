@@ -7,7 +7,7 @@ import { startUpstream, type Upstream } from './support/gateway.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { callerTraceparent, parseTraceparent, startCollector, type Collector, type ReceivedSpan } from './support/otlp.js';
 import { accessLines, captureLog } from './support/log.js';
-import { eventually } from './support/wait.js';
+import { eventually, sleep } from './support/wait.js';
 
 /**
  * Traces through tokengate, judged by what a real OTLP/HTTP receiver decodes (protobuf with the
@@ -302,6 +302,29 @@ describe('sampling', () => {
     await fetch(`${sparse.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}`, traceparent: sampled.traceparent } });
     await spansOf(sampled.traceId, 2, sparseCollector);
     expect(sparseCollector.spans.slice(before).filter((span) => span.traceId === unsampled.traceId)).toHaveLength(0);
+  });
+});
+
+describe('shutdown', () => {
+  it('exports the spans still queued before the process ends', async () => {
+    const closing = await startTokengate('tracing-shutdown', {
+      // Nothing would be sent for a minute: only the shutdown's flush sends this span.
+      config: { routes: routes(upstream.url).slice(0, 1), tracing: { enabled: true, endpoint: collector.url, scheduledDelayMs: 60_000 } },
+    });
+    const token = await closing.issue();
+    const caller = callerTraceparent(true);
+    expect((await fetch(`${closing.baseUrl}/api/public/me`, { headers: { authorization: `Bearer ${token}`, traceparent: caller.traceparent } })).status).toBe(
+      200,
+    );
+    await sleep(200);
+    expect(collector.trace(caller.traceId)).toHaveLength(0);
+    await closing.close();
+    expect(
+      collector
+        .trace(caller.traceId)
+        .map((span) => span.kind)
+        .sort(),
+    ).toEqual([INTERNAL, SERVER, CLIENT].sort());
   });
 });
 
