@@ -51,7 +51,8 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
   const ids = new PresetTraceIds();
   const provider = new TracerProvider({
     idGenerator: ids,
-    resource: resourceFromAttributes({ ...settings.resourceAttributes, 'service.name': settings.serviceName }),
+    // process.pid: which process of a sidecar (each worker of server.workers exports its own spans).
+    resource: resourceFromAttributes({ 'process.pid': process.pid, ...settings.resourceAttributes, 'service.name': settings.serviceName }),
     sampler: samplerOf(settings),
     spanProcessors: [
       new BatchSpanProcessor({
