@@ -146,7 +146,7 @@ describe('tracing while the collector fails', () => {
         expect(outage.queueFull + outage.exportFailed, `${outage.name}: dropped`).toBeGreaterThan(0);
         expect(outage.exported, `${outage.name}: exported`).toBe(0);
         // The heap grows between collections, a collector or not (20 to 25 MB over four 20 s phases
-        // before the first major collection); the previous design's 0.7 MB/s would add 40 MB more.
+        // before the first major collection); a leak of 0.7 MB/s would add 40 MB more.
         expect(Math.max(...outage.rssMB), `${outage.name}: RSS (MB)`).toBeLessThan(Math.max(...healthy.rssMB) + 40);
       }
     },
