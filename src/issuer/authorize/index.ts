@@ -221,7 +221,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
       ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
     };
-    await store.saveAuthorizationCode(tokenDigest(code), record);
+    await store.codes.save(tokenDigest(code), record);
     return code;
   }
 }

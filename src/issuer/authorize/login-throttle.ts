@@ -28,16 +28,16 @@ export class LoginThrottle {
   /** Counts the attempt; null when the address or the account is over its limit (then the password must not be checked). */
   async begin(email: string, address: string): Promise<LoginAttempt | null> {
     const addressKey = `login-address:${address}`;
-    if ((await this.store.incrementCounter(addressKey, this.windowMs)) > this.limits.maxAttemptsPerAddress) return null;
+    if ((await this.store.counters.increment(addressKey, this.windowMs)) > this.limits.maxAttemptsPerAddress) return null;
     // The account key is a digest: e-mail addresses do not belong in store key names.
     const accountKey = `login-account:${tokenDigest(email.toLowerCase())}`;
-    if ((await this.store.incrementCounter(accountKey, this.windowMs)) > this.limits.maxAttemptsPerAccount) return null;
+    if ((await this.store.counters.increment(accountKey, this.windowMs)) > this.limits.maxAttemptsPerAccount) return null;
     return {
       succeeded: async () => {
-        await Promise.all([this.store.resetCounter(accountKey), this.store.decrementCounter(addressKey)]);
+        await Promise.all([this.store.counters.reset(accountKey), this.store.counters.decrement(addressKey)]);
       },
       undecided: async () => {
-        await Promise.all([this.store.decrementCounter(accountKey), this.store.decrementCounter(addressKey)]);
+        await Promise.all([this.store.counters.decrement(accountKey), this.store.counters.decrement(addressKey)]);
       },
     };
   }
