@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../src/observability/metrics.js';
 import { cached } from '../src/store/cached.js';
@@ -497,5 +498,42 @@ describe('redis store: what Redis holds', () => {
     const ttl = await redis.pttl(`${prefix}at:${tokenDigest(token)}`);
     expect(ttl).toBeGreaterThan(3_000_000);
     expect(ttl).toBeLessThanOrEqual(3_600_000);
+  });
+
+  it("writes every port's keys under the names of the documented key layout, which sidecars of every version share", async () => {
+    const documented = readFileSync(new URL('../docs/store.md', import.meta.url), 'utf8')
+      .split('## Key layout')[1]!
+      .split('\n## ')[0]!
+      .matchAll(/`([a-z-]+(?::[a-z]+)*)(?::<[a-z_]+>)?/g);
+    const names = new Set([...documented].map((match) => match[1]!));
+    const now = Date.now();
+    await store.applications.put({ clientId: 'c-layout', name: 'n', secretDigest: null, redirectUris: [], scopes: [], confidential: false, createdAt: now });
+    await store.users.create({ id: 'u-layout', email: 'layout@example.com', passwordHash: 'x', createdAt: now });
+    await store.users.create({ id: 'u-stays', email: 'stays@example.com', passwordHash: 'x', createdAt: now });
+    await store.codes.save(newDigest(), {
+      clientId: 'c',
+      userId: 'u',
+      redirectUri: 'https://a/cb',
+      scopes: [],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+      familyId: 'f',
+      issuedAt: now,
+      expiresAt: inOneHour(),
+    });
+    await store.tokens.saveAccessToken(newDigest(), accessToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
+    await store.tokens.saveRefreshToken(newDigest(), refreshToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
+    await store.sessions.save('s-layout', { userId: null, createdAt: now }, 60_000);
+    await store.counters.increment('login:layout', 60_000);
+    await store.secrets.getOrCreate('layout', 'x');
+    await deleteUserAndTokens(store, 'u-layout');
+
+    const written = new Set((await redis.keys(`${prefix}*`)).map((key) => key.slice(prefix.length).replace(/^(idx:[a-z]+|[a-z-]+):.*$/, '$1')));
+    expect([...written].sort()).toEqual(
+      ['app', 'apps', 'at', 'code', 'counter', 'idx:client', 'idx:family', 'idx:user', 'rt', 'secret', 'session', 'user', 'user-email', 'users'].sort(),
+    );
+    for (const name of written) expect(names).toContain(name);
+    // The user's index stays marked, for good, after the user is gone.
+    expect(await redis.zscore(`${prefix}idx:user:u-layout`, 'revoked')).not.toBeNull();
   });
 });
