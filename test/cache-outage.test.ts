@@ -456,7 +456,9 @@ describe('the gateway when Redis comes back but cannot answer commands yet', () 
       opened.push(restorer);
       const now = Date.now();
       await Promise.all(
-        tokens.map((token) => restorer.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 })),
+        tokens.map((token) =>
+          restorer.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 }),
+        ),
       );
       await admin.connect();
       await eventually(async () => Number(((await admin.call('PUBSUB', 'NUMSUB', `${prefix}revocations`)) as [string, number])[1]) === 1, 5_000);

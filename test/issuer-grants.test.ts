@@ -82,7 +82,11 @@ describe('authorization_code', () => {
       familyId: record.familyId,
       scopes: ['public', 'write'],
     });
-    expect(await running.store.tokens.getRefreshToken(tokenDigest(body.refresh_token!))).toMatchObject({ clientId: app.clientId, userId, familyId: record.familyId });
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(body.refresh_token!))).toMatchObject({
+      clientId: app.clientId,
+      userId,
+      familyId: record.familyId,
+    });
   });
 
   it('requires code and redirect_uri, and names the missing one', async () => {

@@ -91,7 +91,13 @@ export async function startTokengate(label: string, options: StartOptions = {}):
     async issue(record = {}) {
       const token = tokengate.context.minter.mint();
       const now = Date.now();
-      await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: [...USER_TOKEN.scopes], issuedAt: now, expiresAt: now + 3_600_000, ...record });
+      await store.tokens.saveAccessToken(tokenDigest(token), {
+        ...USER_TOKEN,
+        scopes: [...USER_TOKEN.scopes],
+        issuedAt: now,
+        expiresAt: now + 3_600_000,
+        ...record,
+      });
       return token;
     },
     async close() {
