@@ -1,5 +1,5 @@
 import type { TokengateContext } from '../context.js';
-import type { CachedStore } from '../store/cached.js';
+import type { CachedTokens } from '../store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord } from '../store/store.js';
 import { hasTokenShape, tokenDigest } from '../token/token-value.js';
 import { verifiedToken, type VerifiedToken } from '../store/verified-token.js';
@@ -36,11 +36,11 @@ export function verifyToken(
     return 'forged_token';
   }
   const read = trace !== null && trace.recording ? storeReadSpan(trace, cache, digest, cached) : null;
-  return readToken(cache === null ? context.store.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached), read);
+  return readToken(cache === null ? context.store.tokens.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached), read);
 }
 
 /** The cache's answer on the request's span, and a child span for the store read when there is one (before the cache forgets what it knew). */
-function storeReadSpan(trace: RequestTrace, cache: CachedStore | null, digest: string, cached: VerifiedToken | undefined): ChildSpan | null {
+function storeReadSpan(trace: RequestTrace, cache: CachedTokens | null, digest: string, cached: VerifiedToken | undefined): ChildSpan | null {
   const outcome =
     cache === null
       ? 'off'
