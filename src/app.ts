@@ -254,7 +254,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
-      context.rateLimiter.close();
+      await context.rateLimiter.close();
       await clientMetadata?.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);

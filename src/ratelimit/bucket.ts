@@ -1,10 +1,14 @@
 import type { Policy } from './policies.js';
-import { SHARE_DECAY_MS, type LeaseAnswer, type LeaseSource } from './leases.js';
+import { LEASE_AHEAD_MS, SHARE_DECAY_MS, type LeaseAnswer, type LeaseReport, type LeaseSource } from './lease-protocol.js';
 
-/** How long a lease's permits may be spent; unused ones go back with the next lease. */
+/** How long a lease's permits may be spent; what is left then goes back to the store. */
 export const LEASE_MS = 1_000;
-/** A lease is sized to this much of the sidecar's recent demand (at least 1 permit, at most the burst). */
+/** A lease is sized to this much of the sidecar's recent demand (at least 1 permit, at most what a lease may reach). */
 const LEASE_DEMAND_MS = 250;
+/** A bucket the store refused for the rate asks again no sooner than this: at most 4 lease requests a second, whatever the demand and the rate. */
+export const REFUSED_ASK_MS = LEASE_AHEAD_MS;
+/** A bucket the store refused for a quota asks again this often, to learn that permits other sidecars held came back. */
+export const QUOTA_RECHECK_MS = 1_000;
 /** While the store does not answer, how often a bucket asks it again (in the background). */
 export const STORE_RETRY_MS = 1_000;
 /** The share of a policy a sidecar keeps during an outage for a bucket it never had a lease for. */
@@ -14,19 +18,32 @@ export type Refusal = 'rate_limited' | 'quota_exceeded';
 
 /**
  * One budget (a policy and an application, or a user of it) as one sidecar holds it: the
- * permits of its current lease from the store, spent one per request without waiting, and what
- * the last lease answer said. At most one lease request is in flight; requests that find no
- * permit wait for it together, and the next lease is asked for before the permits run out.
+ * permits of its current lease from the store, spent one per request without waiting, no
+ * sooner than the store's GCRA allows each, and what the last lease answer said. At most one
+ * lease request is in flight; requests that find no permit wait for it together, and the next
+ * lease is asked for before the permits run out. Permits not spent when the lease ends go back
+ * to the store with the next request, or on their own (`sweep`, `release`).
  */
 export class Bucket {
   /** Permits of the lease in hand. */
   permits = 0;
+  /** When the next permit in hand is due (the store's GCRA, on this sidecar's clock). */
+  private paceAt = 0;
   private leaseEndsAt = 0;
-  /** Permits of an expired lease, given back with the next one. */
+  /** The UTC hour and day the permits in hand were granted in. */
+  private leaseHour = -1;
+  private leaseDay = -1;
+  /** Permits of an ended lease, given back with the next report, and the windows they were granted in. */
   private returning = 0;
+  private returningHour = -1;
+  private returningDay = -1;
+  /** The report sent and not answered yet, or whose answer was lost: sent again as it is, so the store applies it once. */
+  private unconfirmed: LeaseReport | null = null;
+  private reports = 0;
   /** Past the permits in hand, requests are refused until then (the store had none left). */
   private blockedUntil = 0;
   private blockedBy: Refusal = 'rate_limited';
+  private quotaResetAt = 0;
   private pending: Promise<void> | null = null;
   private waiting = 0;
   /** Requests asked of this bucket since the last lease, and when that lease was asked for. */
@@ -44,10 +61,8 @@ export class Bucket {
   private outage = false;
   private retryStoreAt = 0;
   private localTat = 0;
-  /** Admitted during the outage, charged to the quota once the store answers. */
+  /** Admitted during the outage, charged to the quota with the next report. */
   private admittedAlone = 0;
-  /** What the lease in flight charges: still spent against this outage's share until it answers. */
-  private charging = 0;
   private quotaAlone = 0;
   /** Last request, for forgetting idle buckets. */
   usedAt = 0;
@@ -57,6 +72,9 @@ export class Bucket {
     readonly policy: Policy,
     private readonly source: LeaseSource,
     private readonly onLease: (result: 'granted' | 'exhausted' | 'failed') => void,
+    /** Names this bucket's reports in the store, unique to it (a sidecar's id and a number). */
+    private readonly holder: string,
+    private readonly reach: number,
   ) {}
 
   /**
@@ -72,14 +90,15 @@ export class Bucket {
   /** take() for a request already counted, after it waited for a lease. */
   retake(now: number): true | Refusal | null {
     if (this.permits > 0) {
-      if (now < this.leaseEndsAt) {
+      if (now >= this.leaseEndsAt) this.endLease();
+      else if (now < this.paceAt) return 'rate_limited';
+      else {
         this.permits -= 1;
+        this.paceAt += this.policy.intervalMs;
         // Ask for the next lease before this one runs out, so no request waits for it.
         if (this.permits * 4 <= this.batch && this.pending === null && !this.outage && now >= this.blockedUntil) void this.lease(now);
         return true;
       }
-      this.returning += this.permits;
-      this.permits = 0;
     }
     if (now < this.blockedUntil) return this.blockedBy;
     if (this.outage) {
@@ -90,10 +109,11 @@ export class Bucket {
   }
 
   /** Seconds until a request would be admitted (Retry-After), at least 1. */
-  retryAfter(now: number): number {
-    const until = this.outage
-      ? Math.max(this.blockedUntil, this.localTat - this.localBurst() * this.localInterval() + this.localInterval())
-      : this.blockedUntil;
+  retryAfter(now: number, refusal: Refusal): number {
+    let until = this.blockedUntil;
+    if (refusal === 'quota_exceeded') until = Math.max(until, this.quotaResetAt);
+    else if (this.permits > 0) until = this.paceAt;
+    else if (this.outage) until = Math.max(this.blockedUntil, this.localTat - this.localBurst() * this.localInterval() + this.localInterval());
     return Math.max(1, Math.ceil((until - now) / 1000));
   }
 
@@ -107,32 +127,15 @@ export class Bucket {
     headers.push('ratelimit-policy', this.policy.policyHeader, 'ratelimit', this.policy.remainingHeader(this.remaining()));
   }
 
-  /** Waits for the lease in flight, or asks for one; never rejects (a failed lease starts an outage). */
+  /** Waits for the lease in flight, or asks for one sized by the demand; never rejects (a failed lease starts an outage). */
   lease(now: number): Promise<void> {
     if (this.pending !== null) return this.pending;
-    const elapsed = Math.max(1, now - this.askedSince);
+    const elapsed = Math.max(LEASE_DEMAND_MS, now - this.askedSince);
     const demand = Math.ceil((this.asked * LEASE_DEMAND_MS) / elapsed);
-    this.batch = Math.max(1, Math.min(this.policy.burst, Math.max(demand, this.waiting)));
-    const request = { want: this.batch, returned: this.returning, charged: this.admittedAlone };
-    this.returning = 0;
-    this.admittedAlone = 0;
-    this.charging = request.charged;
+    this.batch = Math.max(1, Math.min(this.reach, Math.max(demand, this.waiting)));
     this.asked = 0;
     this.askedSince = now;
-    const pending = this.source.lease(this.key, this.policy, request).then(
-      (answer) => this.granted(answer, request.want),
-      () => {
-        // Nothing was taken or given back: it all goes with the next lease.
-        this.returning += request.returned;
-        this.admittedAlone += request.charged;
-        this.storeDown();
-      },
-    );
-    this.pending = pending.finally(() => {
-      this.pending = null;
-      this.charging = 0;
-    });
-    return this.pending;
+    return this.ask(this.batch);
   }
 
   /** A request waits for the lease in flight: the next lease is sized for the requests waiting too. */
@@ -145,26 +148,97 @@ export class Bucket {
     }
   }
 
+  /**
+   * Gives back the permits of a lease that has ended, when no request will carry them soon:
+   * what the limiter's sweep calls, so unused permits return within a sweep of the lease's end.
+   */
+  sweep(now: number): void {
+    if (this.permits > 0 && now >= this.leaseEndsAt) this.endLease();
+    if ((this.returning > 0 || this.unconfirmed !== null) && this.pending === null && now >= this.retryStoreAt) void this.ask(0);
+  }
+
+  /** Gives back every permit in hand now (a reload that replaced the policy, a shutdown); resolves once the store has them, or failed to. */
+  release(): Promise<void> {
+    if (this.permits > 0) this.endLease();
+    return (this.pending ?? Promise.resolve()).then(() => (this.returning > 0 || this.unconfirmed !== null ? this.ask(0) : undefined));
+  }
+
+  private endLease(): void {
+    this.returning += this.permits;
+    this.returningHour = this.leaseHour;
+    this.returningDay = this.leaseDay;
+    this.permits = 0;
+  }
+
+  private ask(want: number): Promise<void> {
+    if (this.pending !== null) return this.pending;
+    const report = this.unconfirmed ?? this.nextReport();
+    this.unconfirmed = report;
+    const pending = this.source.lease(this.key, this.policy, { ...report, want }).then(
+      (answer) => {
+        this.unconfirmed = null;
+        this.granted(answer, want);
+      },
+      // Kept in `unconfirmed`: sent again as it is, whether or not the store applied it.
+      () => this.storeDown(),
+    );
+    this.pending = pending.finally(() => {
+      this.pending = null;
+    });
+    return this.pending;
+  }
+
+  private nextReport(): LeaseReport {
+    this.reports += 1;
+    const report = {
+      holder: this.holder,
+      report: this.reports,
+      returned: this.returning,
+      returnedHour: this.returningHour,
+      returnedDay: this.returningDay,
+      charged: this.admittedAlone,
+    };
+    this.returning = 0;
+    this.admittedAlone = 0;
+    return report;
+  }
+
   private granted(answer: LeaseAnswer, wanted: number): void {
     const now = Date.now();
-    this.onLease(answer.granted > 0 ? 'granted' : 'exhausted');
+    const interval = this.policy.intervalMs;
+    this.onLease(answer.granted > 0 || wanted === 0 ? 'granted' : 'exhausted');
     this.outage = false;
-    this.permits += answer.granted;
-    this.leaseEndsAt = now + LEASE_MS;
+    // Permits of a window that has ended are not spent in the next one, which did not count them.
+    if (this.permits > 0 && (answer.hour !== this.leaseHour || answer.day !== this.leaseDay) && this.hasQuota()) this.permits = 0;
+    if (answer.granted > 0) {
+      const start = now + answer.startMs;
+      // After the permits still in hand, which the store's GCRA placed before these.
+      this.paceAt = this.permits > 0 ? Math.max(this.paceAt, start - this.permits * interval) : start;
+      this.permits += answer.granted;
+      this.leaseEndsAt = now + LEASE_MS;
+      this.leaseHour = answer.hour;
+      this.leaseDay = answer.day;
+    }
     this.storeLeft = answer.left;
     this.quotaLeft = answer.quotaLeft;
     this.ownGrants = this.ownGrants * Math.exp(-(now - this.ownGrantsAt) / SHARE_DECAY_MS) + answer.granted;
     this.ownGrantsAt = now;
     this.allGrants = answer.grantRate;
-    if (answer.granted < wanted) {
-      // The store is out: ask again once it holds about a lease's worth, but well before its
-      // burst would be whole again (permits no sidecar asks for in time are lost to everyone),
-      // and never much later than the next permit (what Retry-After tells the client).
-      const batchWait = Math.min((wanted - 1) * this.policy.intervalMs, (this.policy.burst * this.policy.intervalMs) / 2, LEASE_DEMAND_MS);
-      const wait = answer.nextMs + Math.max(0, batchWait);
-      this.blockedUntil = now + (answer.quotaLeft === 0 ? answer.quotaResetMs || answer.nextMs : wait);
-      this.blockedBy = answer.quotaLeft === 0 ? 'quota_exceeded' : 'rate_limited';
+    if (answer.granted >= wanted) return;
+    if (answer.quotaLeft === 0) {
+      // Other sidecars' unused permits may come back before the window ends: ask again now and then.
+      this.blockedBy = 'quota_exceeded';
+      this.quotaResetAt = now + answer.quotaResetMs;
+      this.blockedUntil = now + Math.min(answer.quotaResetMs || answer.nextMs, QUOTA_RECHECK_MS);
+    } else {
+      // A lease may reach a quarter second ahead, so asking no sooner loses no permit to the burst's cap.
+      this.blockedBy = 'rate_limited';
+      this.blockedUntil = now + Math.max(REFUSED_ASK_MS, answer.nextMs);
     }
+  }
+
+  private hasQuota(): boolean {
+    return this.policy.perHour > 0 || this.policy.perDay > 0;
   }
 
   private storeDown(): void {
@@ -194,7 +268,7 @@ export class Bucket {
 
   /** The outage's local GCRA, at this sidecar's share of the rate and burst, and of the quota. */
   private takeAlone(now: number): true | Refusal {
-    if (this.quotaAlone >= 0 && this.admittedAlone + this.charging >= this.quotaAlone) {
+    if (this.quotaAlone >= 0 && this.admittedAlone + (this.unconfirmed?.charged ?? 0) >= this.quotaAlone) {
       this.blockedBy = 'quota_exceeded';
       this.blockedUntil = this.retryStoreAt;
       return 'quota_exceeded';
