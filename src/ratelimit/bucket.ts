@@ -1,12 +1,12 @@
 import type { Policy } from './policies.js';
-import { LEASE_AHEAD_MS, SHARE_DECAY_MS, type LeaseAnswer, type LeaseReport, type LeaseSource } from './lease-protocol.js';
+import { SHARE_DECAY_MS, type LeaseAnswer, type LeaseReport, type LeaseSource } from './lease-protocol.js';
 
 /** How long a lease's permits may be spent; what is left then goes back to the store. */
 export const LEASE_MS = 1_000;
 /** A lease is sized to this much of the sidecar's recent demand (at least 1 permit, at most what a lease may reach). */
 const LEASE_DEMAND_MS = 250;
 /** A bucket the store refused for the rate asks again no sooner than this: at most 4 lease requests a second, whatever the demand and the rate. */
-export const REFUSED_ASK_MS = LEASE_AHEAD_MS;
+export const REFUSED_ASK_MS = 250;
 /** A bucket the store refused for a quota asks again this often, to learn that permits other sidecars held came back. */
 export const QUOTA_RECHECK_MS = 1_000;
 /** While the store does not answer, how often a bucket asks it again (in the background). */
@@ -61,9 +61,6 @@ export class Bucket {
   private outage = false;
   private retryStoreAt = 0;
   private localTat = 0;
-  /** Admitted during the outage, charged to the quota with the next report. */
-  private admittedAlone = 0;
-  private quotaAlone = 0;
   /** Last request, for forgetting idle buckets. */
   usedAt = 0;
 
@@ -90,7 +87,8 @@ export class Bucket {
   /** take() for a request already counted, after it waited for a lease. */
   retake(now: number): true | Refusal | null {
     if (this.permits > 0) {
-      if (now >= this.leaseEndsAt) this.endLease();
+      // While the store is away the permits in hand stay spendable: they were granted, and it could not take them back.
+      if (now >= this.leaseEndsAt && !this.outage) this.endLease();
       else if (now < this.paceAt) return 'rate_limited';
       else {
         this.permits -= 1;
@@ -153,7 +151,7 @@ export class Bucket {
    * what the limiter's sweep calls, so unused permits return within a sweep of the lease's end.
    */
   sweep(now: number): void {
-    if (this.permits > 0 && now >= this.leaseEndsAt) this.endLease();
+    if (this.permits > 0 && now >= this.leaseEndsAt && !this.outage) this.endLease();
     if ((this.returning > 0 || this.unconfirmed !== null) && this.pending === null && now >= this.retryStoreAt) void this.ask(0);
   }
 
@@ -196,10 +194,8 @@ export class Bucket {
       returned: this.returning,
       returnedHour: this.returningHour,
       returnedDay: this.returningDay,
-      charged: this.admittedAlone,
     };
     this.returning = 0;
-    this.admittedAlone = 0;
     return report;
   }
 
@@ -248,8 +244,6 @@ export class Bucket {
     if (this.outage) return;
     this.outage = true;
     this.localTat = now;
-    // The quota: this sidecar's share of what was left, no more, until the store answers again.
-    this.quotaAlone = this.quotaLeft < 0 ? -1 : Math.floor(this.quotaLeft * this.share());
   }
 
   /** This sidecar's share of the policy: of every grant lately, the part it took. */
@@ -266,9 +260,13 @@ export class Bucket {
     return Math.max(1, Math.floor(this.policy.burst * this.share()));
   }
 
-  /** The outage's local GCRA, at this sidecar's share of the rate and burst, and of the quota. */
+  /**
+   * The outage's local GCRA, at this sidecar's share of the rate and burst. Not for a quota: a
+   * share of what another sidecar last saw left could add up to more than is left, so a quota
+   * admits alone only the permits in hand.
+   */
   private takeAlone(now: number): true | Refusal {
-    if (this.quotaAlone >= 0 && this.admittedAlone + (this.unconfirmed?.charged ?? 0) >= this.quotaAlone) {
+    if (this.hasQuota()) {
       this.blockedBy = 'quota_exceeded';
       this.blockedUntil = this.retryStoreAt;
       return 'quota_exceeded';
@@ -277,7 +275,6 @@ export class Bucket {
     const tat = Math.max(this.localTat, now);
     if (tat - now > (this.localBurst() - 1) * interval) return 'rate_limited';
     this.localTat = tat + interval;
-    this.admittedAlone += 1;
     return true;
   }
 }

@@ -7,10 +7,10 @@ import type { Policy } from './policies.js';
 
 /** How fast the grant counts behind each sidecar's share decay: the traffic of the last ~10 s. */
 export const SHARE_DECAY_MS = 10_000;
-/** How far into the rate's future one lease may reach: what a refused bucket, asking at most this often, needs to keep up with its policy. */
-export const LEASE_AHEAD_MS = 250;
+/** How far into the rate's future one lease may reach: twice as far as a refused bucket waits before it asks again, so no permit is lost to the cap between two asks. */
+export const LEASE_AHEAD_MS = 500;
 
-/** What a sidecar's bucket reports with a lease request: what it gives back and what it charges, under a number of its own. */
+/** What a sidecar's bucket reports with a lease request: what it gives back, under a number of its own. */
 export interface LeaseReport {
   /** The bucket of this sidecar that reports ('' for a read that reports nothing). */
   readonly holder: string;
@@ -21,8 +21,6 @@ export interface LeaseReport {
   /** The UTC hour and day (numbers since the epoch, as a lease answer gives them) the returned permits were granted in. */
   readonly returnedHour: number;
   readonly returnedDay: number;
-  /** Requests admitted while the store was away: charged to the quota. */
-  readonly charged: number;
 }
 
 export interface LeaseRequest extends LeaseReport {
@@ -50,7 +48,7 @@ export interface LeaseAnswer {
 }
 
 /** A request that takes nothing and gives nothing back: what the store holds now. */
-export const READ_ONLY: LeaseRequest = { holder: '', report: 0, returned: 0, returnedHour: -1, returnedDay: -1, charged: 0, want: 0 };
+export const READ_ONLY: LeaseRequest = { holder: '', report: 0, returned: 0, returnedHour: -1, returnedDay: -1, want: 0 };
 
 /** Where the budgets of all sidecars live: the shared store (Redis), or this process alone (memory store). */
 export interface LeaseSource {

@@ -5,11 +5,10 @@
  *
  * 1. reads the sidecar's last report (`h:<holder>`: its number, the grant it got and that
  *    grant's hour and day). A report sent again under the same number was applied already and
- *    its answer lost (a command timeout): its permits and charges are not counted twice, and the
- *    grant it got, which never reached the sidecar, goes back to the quota of its windows;
+ *    its answer lost (a command timeout): its permits are not given back twice, and the grant
+ *    it got, which never reached the sidecar, goes back to the quota of its windows;
  * 2. gives back to the quota the permits the sidecar did not use, in the windows they were
- *    granted in (a window that has ended keeps its count), and charges what it admitted on its
- *    own while the store was away;
+ *    granted in (a window that has ended keeps its count);
  * 3. grants up to `want` permits from the GCRA and the quotas. A grant may reach `ahead`
  *    permits into the rate's future (a quarter second of it, when that is more than the burst);
  *    the answer says when the first of them is due (`startMs`) and the sidecar spends them no
@@ -35,15 +34,14 @@ local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local returned = tonumber(ARGV[4])
-local charged = tonumber(ARGV[5])
-local perHour = tonumber(ARGV[6])
-local perDay = tonumber(ARGV[7])
-local decay = tonumber(ARGV[8])
-local ahead = tonumber(ARGV[9])
-local holder = ARGV[10]
-local report = tonumber(ARGV[11])
-local returnedHour = tonumber(ARGV[12])
-local returnedDay = tonumber(ARGV[13])
+local perHour = tonumber(ARGV[5])
+local perDay = tonumber(ARGV[6])
+local decay = tonumber(ARGV[7])
+local ahead = tonumber(ARGV[8])
+local holder = ARGV[9]
+local report = tonumber(ARGV[10])
+local returnedHour = tonumber(ARGV[11])
+local returnedDay = tonumber(ARGV[12])
 local state = redis.call('HMGET', KEYS[1], 'tat', 'hour', 'hourCount', 'day', 'dayCount', 'granted', 'grantedAt', 'h:' .. holder)
 local hour = math.floor(now / 3600000)
 local day = math.floor(now / 86400000)
@@ -59,13 +57,10 @@ if holder ~= '' and state[8] then
   local lastReport, lastGrant, lastHour, lastDay = string.match(state[8], '^(%d+) (%d+) (%d+) (%d+)$')
   if tonumber(lastReport) == report then
     returned = 0
-    charged = 0
     giveBack(tonumber(lastGrant), tonumber(lastHour), tonumber(lastDay))
   end
 end
 giveBack(returned, returnedHour, returnedDay)
-hourCount = hourCount + charged
-dayCount = dayCount + charged
 local tat = tonumber(state[1]) or now
 if tat < now then tat = now end
 -- A bucket at most empty under the policy as it is now (a reload may have changed its rate).

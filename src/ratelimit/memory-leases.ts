@@ -36,17 +36,14 @@ export class MemoryLeases implements LeaseSource {
       if (ofHour === hour) hourCount = Math.max(0, hourCount - count);
       if (ofDay === day) dayCount = Math.max(0, dayCount - count);
     };
-    let { returned, charged } = request;
+    let { returned } = request;
     const last = request.holder === '' ? undefined : state?.reports.get(request.holder);
     if (last !== undefined && last.report === request.report) {
       // Applied already, its answer lost: not again, and its grant never reached the sidecar.
       returned = 0;
-      charged = 0;
       giveBack(last.grant, last.hour, last.day);
     }
     giveBack(returned, request.returnedHour, request.returnedDay);
-    hourCount += charged;
-    dayCount += charged;
     const reach = leaseReach(policy);
     // At most empty under the policy as it is now (a reload may have changed its rate).
     let tat = Math.min(now + reach * interval, Math.max(now, state?.tat ?? now));

@@ -17,7 +17,6 @@ export class RedisLeases implements LeaseSource {
       policy.burst,
       request.want,
       request.returned,
-      request.charged,
       policy.perHour,
       policy.perDay,
       SHARE_DECAY_MS,
