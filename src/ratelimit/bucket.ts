@@ -90,6 +90,7 @@ export class Bucket {
       // While the store is away the permits in hand stay spendable: they were granted, and it could not take them back.
       if (now >= this.leaseEndsAt && !this.outage) this.endLease();
       else if (now < this.paceAt) return 'rate_limited';
+      else if (this.lapse(now) === 0) return this.retake(now);
       else {
         this.permits -= 1;
         this.paceAt += this.policy.intervalMs;
@@ -159,6 +160,23 @@ export class Bucket {
   release(): Promise<void> {
     if (this.permits > 0) this.endLease();
     return (this.pending ?? Promise.resolve()).then(() => (this.returning > 0 || this.unconfirmed !== null ? this.ask(0) : undefined));
+  }
+
+  /**
+   * Lets go of the permits whose moment passed: the store's GCRA placed each at a moment, and a
+   * permit spent later than that would come on top of what the store gives for the time that
+   * passed since. They go back to the quota like any unused permit. The permits left.
+   */
+  private lapse(now: number): number {
+    const late = now - this.paceAt - this.policy.burst * this.policy.intervalMs;
+    if (late <= 0) return this.permits;
+    const lapsed = Math.min(this.permits, Math.ceil(late / this.policy.intervalMs));
+    this.permits -= lapsed;
+    this.paceAt += lapsed * this.policy.intervalMs;
+    this.returning += lapsed;
+    this.returningHour = this.leaseHour;
+    this.returningDay = this.leaseDay;
+    return this.permits;
   }
 
   private endLease(): void {
