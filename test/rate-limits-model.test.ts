@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, it, vi } from 'vitest';
-import { Bucket, LEASE_MS, QUOTA_RECHECK_MS, STORE_RETRY_MS } from '../src/ratelimit/bucket.js';
+import { Bucket, LAPSE_MS, LEASE_MS, QUOTA_RECHECK_MS, STORE_RETRY_MS } from '../src/ratelimit/bucket.js';
 import { leaseReach, READ_ONLY, type LeaseAnswer, type LeaseRequest, type LeaseSource } from '../src/ratelimit/lease-protocol.js';
 import { SWEEP_MS } from '../src/ratelimit/limiter.js';
 import { MemoryLeases } from '../src/ratelimit/memory-leases.js';
@@ -14,7 +14,7 @@ import { holds, PROPERTY_TIMEOUT } from './support/properties.js';
  * timeout), sidecars restarted or killed. Whatever the schedule:
  * - a quota is never exceeded;
  * - in any second in which no sidecar admitted alone (the store away), the admitted requests
- *   are at most the policy's rate plus its burst;
+ *   are at most the policy's rate, plus the larger of its burst and LAPSE_MS of its rate, plus one;
  * - once every sidecar is quiet and the store answers, every permit not admitted is back in the
  *   store within LEASE_MS + SWEEP_MS of its lease, but those a sidecar held when it was killed
  *   (or stopped while the store was away); and a sidecar
@@ -218,7 +218,7 @@ const schedule = fc.record({
 
 describe('the rate limiter model', () => {
   it(
-    'never exceeds a quota nor, without an outage, the rate plus the burst in any second; gives back unused permits within the bound',
+    'never exceeds a quota nor, without an outage, the rate plus its burst or a quarter second of it in any second; gives back unused permits within the bound',
     async () => {
       await holds(
         'rate limiter model',
@@ -229,8 +229,8 @@ describe('the rate limiter model', () => {
           const admitted = simulation.admissions.length;
           if (quota > 0 && admitted > quota) throw new Error(`admitted ${admitted} of a quota of ${quota}`);
           const most = busiestSecond(simulation.admissions);
-          // Each permit is spent between its moment in the store's GCRA and a burst later: one more at most.
-          const allowed = policy.burst + Math.floor(1_000 / policy.intervalMs) + 1;
+          // Each permit is spent between its moment in the store's GCRA and a burst (or LAPSE_MS) later.
+          const allowed = Math.floor(1_000 / policy.intervalMs) + Math.max(policy.burst, Math.ceil(LAPSE_MS / policy.intervalMs)) + 1;
           if (most > allowed) throw new Error(`admitted ${most} in one second; the policy allows ${allowed}`);
           if (quota === 0) return true;
           // Quiet, the store back: every lease ends and is swept (after the store's retry, for a bucket that found it away).

@@ -7,8 +7,23 @@ export const LEASE_MS = 1_000;
 const LEASE_DEMAND_MS = 250;
 /** A bucket the store refused for the rate asks again no sooner than this: at most 4 lease requests a second, whatever the demand and the rate. */
 export const REFUSED_ASK_MS = 250;
+/** How long after it is due a permit may still be spent, at least (longer for a burst that lasts longer at the rate). */
+export const LAPSE_MS = 250;
 /** A bucket the store refused for a quota asks again this often, to learn that permits other sidecars held came back. */
 export const QUOTA_RECHECK_MS = 1_000;
+/**
+ * How often one bucket of one sidecar may ask the store, whatever the demand and the policy:
+ * ASKS_PER_SECOND over time, ASK_BURST at once (a burst of concurrent requests may need a lease
+ * sized for the first and one for those that waited for it). A demand that outruns its leases
+ * this fast is refused until the next ask.
+ */
+export const ASKS_PER_SECOND = 10;
+const ASK_INTERVAL_MS = 1000 / ASKS_PER_SECOND;
+const ASK_BURST = 3;
+/** Redis commands one lease costs, as INFO commandstats counts them: EVALSHA, and the script's TIME, HMGET, HSET and PEXPIRE. */
+export const COMMANDS_PER_LEASE = 5;
+/** What one bucket of one sidecar may cost the store per second, over its limit or not. */
+export const STORE_COMMANDS_PER_SECOND = ASKS_PER_SECOND * COMMANDS_PER_LEASE;
 /** While the store does not answer, how often a bucket asks it again (in the background). */
 export const STORE_RETRY_MS = 1_000;
 /** The share of a policy a sidecar keeps during an outage for a bucket it never had a lease for. */
@@ -45,6 +60,8 @@ export class Bucket {
   private blockedBy: Refusal = 'rate_limited';
   private quotaResetAt = 0;
   private pending: Promise<void> | null = null;
+  /** The asks' own GCRA: when the store may be asked again without a burst. */
+  private askTat = 0;
   private waiting = 0;
   /** Requests asked of this bucket since the last lease, and when that lease was asked for. */
   private asked = 0;
@@ -95,16 +112,17 @@ export class Bucket {
         this.permits -= 1;
         this.paceAt += this.policy.intervalMs;
         // Ask for the next lease before this one runs out, so no request waits for it.
-        if (this.permits * 4 <= this.batch && this.pending === null && !this.outage && now >= this.blockedUntil) void this.lease(now);
+        if (this.permits * 4 <= this.batch && this.pending === null && !this.outage && now >= this.blockedUntil && this.mayAsk(now)) void this.lease(now);
         return true;
       }
     }
     if (now < this.blockedUntil) return this.blockedBy;
     if (this.outage) {
-      if (now >= this.retryStoreAt && this.pending === null) void this.lease(now);
+      if (now >= this.retryStoreAt && this.pending === null && this.mayAsk(now)) void this.lease(now);
       return this.takeAlone(now);
     }
-    return null;
+    // Asked as often as a bucket may: the demand outran its leases; refused until the next ask.
+    return this.pending === null && !this.mayAsk(now) ? 'rate_limited' : null;
   }
 
   /** Seconds until a request would be admitted (Retry-After), at least 1. */
@@ -153,7 +171,7 @@ export class Bucket {
    */
   sweep(now: number): void {
     if (this.permits > 0 && now >= this.leaseEndsAt && !this.outage) this.endLease();
-    if ((this.returning > 0 || this.unconfirmed !== null) && this.pending === null && now >= this.retryStoreAt) void this.ask(0);
+    if ((this.returning > 0 || this.unconfirmed !== null) && this.pending === null && now >= this.retryStoreAt && this.mayAsk(now)) void this.ask(0);
   }
 
   /** Gives back every permit in hand now (a reload that replaced the policy, a shutdown); resolves once the store has them, or failed to. */
@@ -163,12 +181,16 @@ export class Bucket {
   }
 
   /**
-   * Lets go of the permits whose moment passed: the store's GCRA placed each at a moment, and a
-   * permit spent later than that would come on top of what the store gives for the time that
-   * passed since. They go back to the quota like any unused permit. The permits left.
+   * Lets go of the permits whose moment passed long enough ago: the store's GCRA placed each at
+   * a moment, and a permit spent later comes on top of what the store gives for the time since.
+   * A sidecar spends its lease at its own demand, slower than the policy's rate, so each permit
+   * has a burst's time or LAPSE_MS after it is due, whichever is longer: in any window the
+   * sidecars together admit at most the policy's rate over it, plus the larger of its burst and
+   * LAPSE_MS of its rate, plus one. Lapsed permits go back to the quota like any unused one.
+   * The permits left.
    */
   private lapse(now: number): number {
-    const late = now - this.paceAt - this.policy.burst * this.policy.intervalMs;
+    const late = now - this.paceAt - Math.max(this.policy.burst * this.policy.intervalMs, LAPSE_MS);
     if (late <= 0) return this.permits;
     const lapsed = Math.min(this.permits, Math.ceil(late / this.policy.intervalMs));
     this.permits -= lapsed;
@@ -186,8 +208,15 @@ export class Bucket {
     this.permits = 0;
   }
 
+  /** Whether the store may be asked now: at most ASK_BURST at once, ASKS_PER_SECOND over time. */
+  private mayAsk(now: number): boolean {
+    return this.askTat - now <= (ASK_BURST - 1) * ASK_INTERVAL_MS;
+  }
+
   private ask(want: number): Promise<void> {
     if (this.pending !== null) return this.pending;
+    const now = Date.now();
+    this.askTat = Math.max(this.askTat, now) + ASK_INTERVAL_MS;
     const report = this.unconfirmed ?? this.nextReport();
     this.unconfirmed = report;
     const pending = this.source.lease(this.key, this.policy, { ...report, want }).then(

@@ -10,6 +10,8 @@ import { compilePolicy, type Policy } from './policies.js';
 
 /** How often the tiers of the applications seen lately are read again (a tier change reaches every sidecar within it). */
 const TIER_REFRESH_MS = 500;
+/** Store reads per second per application a sidecar served lately: its tier. */
+export const TIER_READS_PER_SECOND = 1000 / TIER_REFRESH_MS;
 /** Tiers and buckets unused this long are forgotten. */
 const IDLE_MS = 60_000;
 /** How often the buckets are swept for ended leases whose unused permits go back to the store. */
