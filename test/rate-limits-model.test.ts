@@ -218,7 +218,7 @@ const schedule = fc.record({
 
 describe('the rate limiter model', () => {
   it(
-    'never exceeds a quota nor, without an outage, the rate plus its burst or a quarter second of it in any second; gives back unused permits within the bound',
+    'never exceeds a quota nor, without an outage, the rate plus its burst or half a second of it in any second; gives back unused permits within the bound',
     async () => {
       await holds(
         'rate limiter model',

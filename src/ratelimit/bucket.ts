@@ -8,18 +8,18 @@ const LEASE_DEMAND_MS = 250;
 /** A bucket the store refused for the rate asks again no sooner than this: at most 4 lease requests a second, whatever the demand and the rate. */
 export const REFUSED_ASK_MS = 250;
 /** How long after it is due a permit may still be spent, at least (longer for a burst that lasts longer at the rate). */
-export const LAPSE_MS = 250;
+export const LAPSE_MS = 500;
 /** A bucket the store refused for a quota asks again this often, to learn that permits other sidecars held came back. */
 export const QUOTA_RECHECK_MS = 1_000;
 /**
  * How often one bucket of one sidecar may ask the store, whatever the demand and the policy:
- * ASKS_PER_SECOND over time, ASK_BURST at once (a burst of concurrent requests may need a lease
- * sized for the first and one for those that waited for it). A demand that outruns its leases
- * this fast is refused until the next ask.
+ * ASKS_PER_SECOND over time, ASK_BURST at once (the first requests of a burst come before their
+ * demand can be measured: leases asked in quick succession double, so a burst of a thousand
+ * needs ten). A demand that outruns its leases this fast is refused until the next ask.
  */
 export const ASKS_PER_SECOND = 10;
 const ASK_INTERVAL_MS = 1000 / ASKS_PER_SECOND;
-const ASK_BURST = 3;
+const ASK_BURST = 10;
 /** Redis commands one lease costs, as INFO commandstats counts them: EVALSHA, and the script's TIME, HMGET, HSET and PEXPIRE. */
 export const COMMANDS_PER_LEASE = 5;
 /** What one bucket of one sidecar may cost the store per second, over its limit or not. */
@@ -149,7 +149,9 @@ export class Bucket {
     if (this.pending !== null) return this.pending;
     const elapsed = Math.max(LEASE_DEMAND_MS, now - this.askedSince);
     const demand = Math.ceil((this.asked * LEASE_DEMAND_MS) / elapsed);
-    this.batch = Math.max(1, Math.min(this.reach, Math.max(demand, this.waiting)));
+    // The last lease, asked for moments ago, is spent already: the demand is rising faster than it can be measured.
+    const rising = now - this.askedSince < LEASE_DEMAND_MS ? 2 * this.batch : 0;
+    this.batch = Math.max(1, Math.min(this.reach, Math.max(demand, this.waiting, rising)));
     this.asked = 0;
     this.askedSince = now;
     return this.ask(this.batch);

@@ -10,7 +10,7 @@
  * 2. gives back to the quota the permits the sidecar did not use, in the windows they were
  *    granted in (a window that has ended keeps its count);
  * 3. grants up to `want` permits from the GCRA and the quotas. A grant may reach `ahead`
- *    permits into the rate's future (a quarter second of it, when that is more than the burst);
+ *    permits into the rate's future (half a second of it, when that is more than the burst);
  *    the answer says when the first of them is due (`startMs`) and the sidecar spends them no
  *    sooner than one interval apart, so every permit is spent no earlier than the GCRA allows.
  *
