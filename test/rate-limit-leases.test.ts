@@ -148,6 +148,21 @@ describe.each(implementations)('the lease protocol ($name)', (implementation) =>
   });
 });
 
+describe('a bucket released (a shutdown, or a reload that replaced its policy)', () => {
+  it('gives back every permit it holds, those of a lease still in flight too', async () => {
+    const leases = new MemoryLeases();
+    const key = `ratelimit:daily:${randomUUID()}`;
+    const bucket = new Bucket(key, daily, leases, () => {}, 'sidecar.1', leaseReach(daily));
+    expect(bucket.take(Date.now())).toBeNull();
+    await bucket.waitForLease(Date.now());
+    expect(bucket.retake(Date.now())).toBe(true);
+    expect(bucket.take(Date.now())).toBeNull();
+    void bucket.lease(Date.now());
+    await bucket.release();
+    expect((await leases.lease(key, daily, READ_ONLY)).quotaLeft).toBe(19);
+  });
+});
+
 describe('a lease whose answer arrives after the command timeout (Redis hung by DEBUG SLEEP)', () => {
   let redis: ThrowawayRedis;
   let store: RedisStore;

@@ -177,9 +177,11 @@ export class Bucket {
   }
 
   /** Gives back every permit in hand now (a reload that replaced the policy, a shutdown); resolves once the store has them, or failed to. */
-  release(): Promise<void> {
+  async release(): Promise<void> {
+    // A lease in flight is waited for: what it grants goes back too.
+    if (this.pending !== null) await this.pending;
     if (this.permits > 0) this.endLease();
-    return (this.pending ?? Promise.resolve()).then(() => (this.returning > 0 || this.unconfirmed !== null ? this.ask(0) : undefined));
+    if (this.returning > 0 || this.unconfirmed !== null) await this.ask(0);
   }
 
   /**
