@@ -149,8 +149,9 @@ export class Bucket {
     if (this.pending !== null) return this.pending;
     const elapsed = Math.max(LEASE_DEMAND_MS, now - this.askedSince);
     const demand = Math.ceil((this.asked * LEASE_DEMAND_MS) / elapsed);
-    // The last lease, asked for moments ago, is spent already: the demand is rising faster than it can be measured.
-    const rising = now - this.askedSince < LEASE_DEMAND_MS ? 2 * this.batch : 0;
+    // The last lease, asked for moments ago, is spent already (not merely low, as when the next is asked ahead): the
+    // demand is rising faster than it can be measured.
+    const rising = this.permits === 0 && now - this.askedSince < LEASE_DEMAND_MS ? 2 * this.batch : 0;
     this.batch = Math.max(1, Math.min(this.reach, Math.max(demand, this.waiting, rising)));
     this.asked = 0;
     this.askedSince = now;
