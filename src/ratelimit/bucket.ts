@@ -5,9 +5,10 @@ import { SHARE_DECAY_MS, type LeaseAnswer, type LeaseReport, type LeaseSource } 
 export const LEASE_MS = 1_000;
 /** A lease is sized to this much of the sidecar's recent demand (at least 1 permit, at most what a lease may reach). */
 const LEASE_DEMAND_MS = 250;
+const DEMAND_FLOOR_MS = 50;
 /** A bucket the store refused for the rate asks again no sooner than this: at most 4 lease requests a second, whatever the demand and the rate. */
 export const REFUSED_ASK_MS = 250;
-/** How long after it is due a permit may still be spent, at least (longer for a burst that lasts longer at the rate). */
+/** How long after its moment in the store's GCRA a permit may still be spent (a lease is spent at the sidecar's demand, not at the rate). */
 export const LAPSE_MS = 500;
 /** A bucket the store refused for a quota asks again this often, to learn that permits other sidecars held came back. */
 export const QUOTA_RECHECK_MS = 1_000;
@@ -147,7 +148,8 @@ export class Bucket {
   /** Waits for the lease in flight, or asks for one sized by the demand; never rejects (a failed lease starts an outage). */
   lease(now: number): Promise<void> {
     if (this.pending !== null) return this.pending;
-    const elapsed = Math.max(LEASE_DEMAND_MS, now - this.askedSince);
+    // Measured over at least DEMAND_FLOOR_MS: a few requests a moment apart are no rate of thousands.
+    const elapsed = Math.max(DEMAND_FLOOR_MS, now - this.askedSince);
     const demand = Math.ceil((this.asked * LEASE_DEMAND_MS) / elapsed);
     // The last lease, asked for moments ago, is spent already (not merely low, as when the next is asked ahead): the
     // demand is rising faster than it can be measured.
@@ -187,15 +189,15 @@ export class Bucket {
 
   /**
    * Lets go of the permits whose moment passed long enough ago: the store's GCRA placed each at
-   * a moment, and a permit spent later comes on top of what the store gives for the time since.
-   * A sidecar spends its lease at its own demand, slower than the policy's rate, so each permit
-   * has a burst's time or LAPSE_MS after it is due, whichever is longer: in any window the
-   * sidecars together admit at most the policy's rate over it, plus the larger of its burst and
-   * LAPSE_MS of its rate, plus one. Lapsed permits go back to the quota like any unused one.
+   * a moment (a burst's time after it is due), and a permit spent later comes on top of what the
+   * store gives for the time since. A sidecar spends its lease at its own demand, often slower
+   * than the policy's rate, so each permit may still be spent LAPSE_MS after its moment: in any
+   * window the sidecars together admit at most the policy's rate over the window and LAPSE_MS
+   * more, plus its burst, plus one. Lapsed permits go back to the quota like any unused one.
    * The permits left.
    */
   private lapse(now: number): number {
-    const late = now - this.paceAt - Math.max(this.policy.burst * this.policy.intervalMs, LAPSE_MS);
+    const late = now - this.paceAt - this.policy.burst * this.policy.intervalMs - LAPSE_MS;
     if (late <= 0) return this.permits;
     const lapsed = Math.min(this.permits, Math.ceil(late / this.policy.intervalMs));
     this.permits -= lapsed;
