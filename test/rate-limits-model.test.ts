@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { Bucket, LAPSE_MS, LEASE_MS, QUOTA_RECHECK_MS, STORE_RETRY_MS } from '../src/ratelimit/bucket.js';
 import { leaseReach, READ_ONLY, type LeaseAnswer, type LeaseRequest, type LeaseSource } from '../src/ratelimit/lease-protocol.js';
 import { SWEEP_MS } from '../src/ratelimit/limiter.js';
@@ -32,7 +32,7 @@ class SimulatedStore implements LeaseSource {
   mode: StoreMode = 'up';
   /** Per holder, a grant the store made whose answer was lost and not yet given back by a report sent again. */
   readonly lostGrants = new Map<string, number>();
-  constructor(readonly leases: MemoryLeases) {}
+  constructor(public leases: MemoryLeases) {}
 
   async lease(key: string, policy: Policy, request: LeaseRequest): Promise<LeaseAnswer> {
     if (this.mode === 'down') throw new Error('the store does not answer');
@@ -217,6 +217,29 @@ const schedule = fc.record({
 });
 
 describe('the rate limiter model', () => {
+  it('holds an application over its limit to its policy, neither more nor much less, when every lease answer takes 80 ms to come back', async () => {
+    const policy = compilePolicy('model', { by: 'application', requestsPerSecond: 100, burst: 10 });
+    const simulation = new Simulation(policy, 1);
+    const leases = simulation.store.leases;
+    // The store runs the lease at once; its answer reaches the sidecar 80 ms later.
+    simulation.store.leases = {
+      lease: async (key: string, leased: Policy, request: LeaseRequest) => {
+        const answer = await leases.lease(key, leased, request);
+        await simulation.advance(80);
+        return answer;
+      },
+    } as MemoryLeases;
+    // 3x the policy for 10 s: a request every 3.33 ms.
+    for (let index = 0; index < 3_000; index += 1) {
+      await simulation.request(simulation.sidecars[0]!);
+      await simulation.advance(10 / 3);
+    }
+    // The answers' way back took the clock further: the policy over all the time that passed.
+    const policySince = (simulation.now - START) / policy.intervalMs;
+    expect(simulation.admissions.length).toBeGreaterThanOrEqual(0.9 * policySince);
+    expect(busiestSecond(simulation.admissions)).toBeLessThanOrEqual(Math.floor((1_000 + LAPSE_MS) / policy.intervalMs) + policy.burst + 1);
+  });
+
   it(
     'never exceeds a quota nor, without an outage, the rate over 1.5 s plus its burst in any second; gives back unused permits within the bound',
     async () => {

@@ -45,6 +45,12 @@ export class Bucket {
   permits = 0;
   /** When the next permit in hand is due (the store's GCRA, on this sidecar's clock). */
   private paceAt = 0;
+  /**
+   * Of the permits in hand, those of the lease that came while an earlier one still had some,
+   * and when the first of them is due: they are spent after the earlier ones, from then on.
+   */
+  private queued = 0;
+  private queuedFrom = 0;
   private leaseEndsAt = 0;
   /** The UTC hour and day the permits in hand were granted in. */
   private leaseHour = -1;
@@ -108,10 +114,10 @@ export class Bucket {
       // While the store is away the permits in hand stay spendable: they were granted, and it could not take them back.
       if (now >= this.leaseEndsAt && !this.outage) this.endLease();
       else if (now < this.paceAt) return 'rate_limited';
-      else if (this.lapse(now) === 0) return this.retake(now);
+      // Lapsed permits may leave only those of the queued lease, due from their own moment.
+      else if (this.lapse(now) === 0 || now < this.paceAt) return this.retake(now);
       else {
-        this.permits -= 1;
-        this.paceAt += this.policy.intervalMs;
+        this.spend(1);
         // Ask for the next lease before this one runs out, so no request waits for it.
         if (this.permits * 4 <= this.batch && this.pending === null && !this.outage && now >= this.blockedUntil && this.mayAsk(now)) void this.lease(now);
         return true;
@@ -199,13 +205,22 @@ export class Bucket {
   private lapse(now: number): number {
     const late = now - this.paceAt - this.policy.burst * this.policy.intervalMs - LAPSE_MS;
     if (late <= 0) return this.permits;
-    const lapsed = Math.min(this.permits, Math.ceil(late / this.policy.intervalMs));
-    this.permits -= lapsed;
-    this.paceAt += lapsed * this.policy.intervalMs;
+    const lapsed = Math.min(this.permits - this.queued, Math.ceil(late / this.policy.intervalMs));
+    this.spend(lapsed);
     this.returning += lapsed;
     this.returningHour = this.leaseHour;
     this.returningDay = this.leaseDay;
     return this.permits;
+  }
+
+  /** Takes `count` permits of the earlier lease; once it has none left, the queued lease's are next, from when they are due. */
+  private spend(count: number): void {
+    this.permits -= count;
+    this.paceAt += count * this.policy.intervalMs;
+    if (this.queued > 0 && this.permits === this.queued) {
+      this.paceAt = Math.max(this.paceAt, this.queuedFrom);
+      this.queued = 0;
+    }
   }
 
   private endLease(): void {
@@ -213,6 +228,7 @@ export class Bucket {
     this.returningHour = this.leaseHour;
     this.returningDay = this.leaseDay;
     this.permits = 0;
+    this.queued = 0;
   }
 
   /** Whether the store may be asked now: at most ASK_BURST at once, ASKS_PER_SECOND over time. */
@@ -259,11 +275,23 @@ export class Bucket {
     this.onLease(answer.granted > 0 || wanted === 0 ? 'granted' : 'exhausted');
     this.outage = false;
     // Permits of a window that has ended are not spent in the next one, which did not count them.
-    if (this.permits > 0 && (answer.hour !== this.leaseHour || answer.day !== this.leaseDay) && this.hasQuota()) this.permits = 0;
+    if (this.permits > 0 && (answer.hour !== this.leaseHour || answer.day !== this.leaseDay) && this.hasQuota()) {
+      this.permits = 0;
+      this.queued = 0;
+    }
     if (answer.granted > 0) {
+      // When the first is due, on this clock: later than on the store's by the answer's way back, which only delays it.
       const start = now + answer.startMs;
-      // After the permits still in hand, which the store's GCRA placed before these.
-      this.paceAt = this.permits > 0 ? Math.max(this.paceAt, start - this.permits * interval) : start;
+      if (this.permits === 0) this.paceAt = start;
+      else if (this.queued === 0) {
+        // Kept apart: the permits still in hand keep their moments, and these come after them.
+        this.queued = answer.granted;
+        this.queuedFrom = start;
+      } else {
+        // A third lease: after the queued one, as though they were one run (never sooner than either allows).
+        this.queuedFrom = Math.max(this.queuedFrom, start - this.queued * interval);
+        this.queued += answer.granted;
+      }
       this.permits += answer.granted;
       this.leaseEndsAt = now + LEASE_MS;
       this.leaseHour = answer.hour;
