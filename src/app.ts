@@ -18,12 +18,12 @@ import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
-import { cached, type CachedStore } from './store/cached.js';
+import { cached, type CachedTokens } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
 import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
-import type { Store } from './store/store.js';
+import { withTokens, type Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
 export interface BuildOptions {
@@ -69,7 +69,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const log = options.logger ?? createLogger(config.logging.level);
   const store = options.store ?? (await openStore(config.store, log));
   const ownsStore = options.store === undefined;
-  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.secrets.getOrCreate('token-tag-key', generateTagKey());
   const serves = options.serves ?? 'both';
   const servesPublic = serves !== 'ops';
   const servesOps = serves !== 'public';
@@ -77,7 +77,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
   metrics.storeUp.set(1);
   // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
-  const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
+  const cacheOf = (settings: CacheConfig): CachedTokens | null => (settings.enabled && servesPublic ? cached(store.tokens, settings, metrics) : null);
+  const readThrough = (tokenCache: CachedTokens | null): Store => (tokenCache === null ? store : withTokens(store, tokenCache));
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
   // Loaded only when on: a deployment without it never holds its code.
@@ -86,7 +87,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     : null;
   const context: TokengateContext = {
     config,
-    store: cache ?? store,
+    store: readThrough(cache),
     cache,
     minter: createTokenMinter(tagKeyBytes),
     dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
@@ -203,7 +204,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheOf(effective.cache);
-      context.store = context.cache ?? store;
+      context.store = readThrough(context.cache);
       if (previous !== null) stoppingCaches.push(previous.stop());
     }
     if (effective.logging.level !== running.logging.level) {
@@ -280,7 +281,7 @@ function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>):
 /** An application's rate limit tier: a registered one's own, or a metadata document client's from its entry of the list. */
 async function applicationTier(context: TokengateContext, clientId: string): Promise<string | null> {
   if (context.clientMetadata !== null && isMetadataClientId(clientId)) return context.clientMetadata.tier(clientId);
-  return (await context.store.getApplication(clientId))?.rateLimit ?? null;
+  return (await context.store.applications.get(clientId))?.rateLimit ?? null;
 }
 
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */

@@ -5,7 +5,7 @@ import type { Dpop } from './dpop/index.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RateLimiter } from './ratelimit/limiter.js';
 import type { RequestLog } from './observability/requests.js';
-import type { CachedStore } from './store/cached.js';
+import type { CachedTokens } from './store/cached.js';
 import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
 
@@ -17,10 +17,10 @@ import type { TokenMinter } from './token/token-value.js';
 export interface TokengateContext {
   /** The config in effect: the resources, routes, rate limit policies, cache and logging settings of the last reload, the rest as started. */
   config: Readonly<Config>;
-  /** The store as the gateway should read it (the cached wrapper when the cache is on). */
+  /** The store as the gateway should read it (its tokens through the cache when the cache is on). */
   store: Store;
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
-  cache: CachedStore | null;
+  cache: CachedTokens | null;
   readonly minter: TokenMinter;
   /** DPoP proof checking: window, replay marks in the shared store, token endpoint nonces (config `dpop`, bound at start). */
   readonly dpop: Dpop;

@@ -70,7 +70,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
   const issuer = config.issuer;
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
-  const throttle = new LoginThrottle(store, issuer.loginThrottle);
+  const throttle = new LoginThrottle(store.counters, issuer.loginThrottle);
   const findClient = clientFinder(context);
   const issuerUrl = new URL(issuer.issuerUrl);
   const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
@@ -221,7 +221,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
       ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
     };
-    await store.saveAuthorizationCode(tokenDigest(code), record);
+    await store.codes.save(tokenDigest(code), record);
     return code;
   }
 }
