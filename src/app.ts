@@ -264,7 +264,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
-      context.rateLimiter.close();
+      await context.rateLimiter.close();
       // The spans of the last requests go out before the process ends (within the export timeout).
       await tracing?.shutdown();
       await clientMetadata?.close();

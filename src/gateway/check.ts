@@ -4,7 +4,7 @@ import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/r
 import { normalizePath, PathRefusal } from '../http/path.js';
 import { isAudience } from '../resource/audience.js';
 import { Bucket } from '../ratelimit/bucket.js';
-import type { RouteRateLimit } from '../ratelimit/limiter.js';
+import type { RateRefusal, RouteRateLimit } from '../ratelimit/limiter.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import type { RequestTrace } from '../tracing/index.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
@@ -124,27 +124,50 @@ function authorize<Target>(
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];
-  return route.rateLimit === null ? { credential, token, admission: null } : meter(route.rateLimit, credential, token, trace);
+  return route.rateLimit === null ? { credential, token, admission: null } : meter(route, route.rateLimit, credential, token, trace);
 }
 
 // 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
-function meter(limit: RouteRateLimit, credential: Credential, token: VerifiedToken, trace: RequestTrace | null): Checked | Denial | Promise<Checked | Denial> {
+function meter<Target>(
+  route: GatewayRoute<Target>,
+  limit: RouteRateLimit,
+  credential: Credential,
+  token: VerifiedToken,
+  trace: RequestTrace | null,
+): Checked | Denial | Promise<Checked | Denial> {
   const admitted = limit.limiter.admit(limit, token);
   if (admitted instanceof Promise) {
     // The sidecar held no permit: the request waits for a lease from the shared store.
     const waited = trace?.child('tokengate.ratelimit.lease') ?? null;
     return admitted.then((outcome) => {
       waited?.end();
-      return metered(limit, credential, token, outcome, trace);
+      return metered(route, credential, token, outcome, trace);
     });
   }
-  return metered(limit, credential, token, admitted, trace);
+  return metered(route, credential, token, admitted, trace);
 }
 
-function metered(limit: RouteRateLimit, credential: Credential, token: VerifiedToken, outcome: Bucket | Denial, trace: RequestTrace | null): Checked | Denial {
+function metered<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  outcome: Bucket | RateRefusal,
+  trace: RequestTrace | null,
+): Checked | Denial {
   if (trace !== null && trace.recording) {
-    trace.set('tokengate.ratelimit.policy', outcome instanceof Bucket ? outcome.policy.name : limit.policy.name);
-    trace.set('tokengate.ratelimit.outcome', outcome instanceof Bucket ? 'admitted' : outcome.reason);
+    trace.set('tokengate.ratelimit.policy', outcome.policy.name);
+    trace.set('tokengate.ratelimit.outcome', outcome instanceof Bucket ? 'admitted' : outcome.refusal);
   }
-  return outcome instanceof Bucket ? { credential, token, admission: outcome } : outcome;
+  if (outcome instanceof Bucket) return { credential, token, admission: outcome };
+  // The route's compiled 429, with the fields of this refusal: when to come back, and the policy's.
+  const denial = route.denials[outcome.refusal];
+  return {
+    ...denial,
+    headers: {
+      ...denial.headers,
+      'retry-after': String(outcome.retryAfter),
+      'ratelimit-policy': outcome.policy.policyHeader,
+      ratelimit: outcome.policy.remainingHeader(0),
+    },
+  };
 }
