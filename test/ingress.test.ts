@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { caddyfile, EXAMPLE_ADDRESSES, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { IDENTITY_HEADERS } from '../examples/ticketing-api/server.mjs';
 import { parseConfig } from '../src/config/load.js';
-import { DECISION_KEEP_ALIVE_MS } from '../src/decisions/index.js';
+import { DECISION_KEEP_ALIVE_MS } from '../src/listeners/decisions.js';
 import { normalizePath, PathRefusal } from '../src/http/path.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { APPLICATION_TOKEN, USER_TOKEN } from './support/gateway.js';

@@ -1,20 +1,21 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TokengateContext } from '../context.js';
 import { renderError, TokengateError } from '../errors.js';
 import { check, isDenial, locate, type Checked } from '../gateway/check.js';
 import { isIngressMistake, isRateLimitRefusal, type Denial } from '../gateway/denials.js';
 import type { GatewayRoutes } from '../gateway/index.js';
 import type { GatewayRoute } from '../gateway/route-table.js';
-import { createListenerGuard } from '../http/listener-limits.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
 import { originalRequestReader } from './original-request.js';
 import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
 
+/** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
+const BODY_HEADER = 'x-tokengate-error-body';
+
 /**
- * The decision listener: the gateway's check without the forwarding, for an ingress that asks
- * before it proxies (nginx auth_request, Envoy ext_authz, Traefik ForwardAuth, Caddy
+ * The decision listener's answers: the gateway's check without the forwarding, for an ingress
+ * that asks before it proxies (nginx auth_request, Envoy ext_authz, Traefik ForwardAuth, Caddy
  * forward_auth). Each check request names an original request (./original-request.ts), which
  * goes through the same steps as a gateway request, on the same route table:
  *
@@ -25,29 +26,11 @@ import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
  * forwards (and, on a route an ingress may cache, how long it may reuse them: ./reuse.ts), or
  * with the gateway's own error answer, for the ingress to pass to the client.
  *
- * Plain node:http, not fastify: every request the ingress serves costs one of these, and the
- * answer is a status and a few headers, so nothing of a framework is needed on this path.
+ * The listener around it (its server and guard) is src/listeners/decisions.ts.
  */
-export interface DecisionListener {
-  readonly server: Server;
-  /** Binds decisions.host and decisions.port; resolves with the listener's URL. */
-  listen(): Promise<string>;
-  /** Stops accepting, lets the checks in flight finish, closes the ingress's idle connections. */
-  close(): Promise<void>;
-}
+export type DecisionHandler = (request: IncomingMessage, response: ServerResponse) => void;
 
-/**
- * Longer than the idle timeout of the ingresses' upstream connections (nginx keepalive_timeout
- * 60 s): the ingress, not tokengate, closes an idle connection, so it never reuses one that
- * tokengate is closing at the same moment.
- */
-export const DECISION_KEEP_ALIVE_MS = 72_000;
-/** During shutdown, how often connections that finished their last check are closed. */
-const IDLE_SWEEP_MS = 50;
-/** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
-const BODY_HEADER = 'x-tokengate-error-body';
-
-export function createDecisionListener(context: TokengateContext, gateway: GatewayRoutes): DecisionListener {
+export function createDecisionHandler(context: TokengateContext, gateway: GatewayRoutes): DecisionHandler {
   const { config } = context;
   const { rules } = gateway;
   const log = context.log.child({ listener: 'decisions' });
@@ -67,21 +50,6 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   const internal = renderError(new TokengateError('INTERNAL'));
   // Each denial's response headers as the listener sends them, built on first use: a bounded set (one per compiled denial).
   const refusalHeaders = { withBody: new Map<Denial, string[]>(), plain: new Map<Denial, string[]>() };
-
-  // The public listener's limits: timeouts, connection caps, and node's own refusals answered in order.
-  const guard = createListenerGuard(
-    'decisions',
-    {
-      requestTimeoutMs: config.server.requestTimeoutMs,
-      maxConnections: config.server.maxConnections,
-      maxConnectionsPerAddress: config.server.maxConnectionsPerAddress,
-      methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-    },
-    context.metrics,
-  );
-  const server = createServer(guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }).http, decide);
-  server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
-  guard.attachServer(server);
 
   function decide(request: IncomingMessage, response: ServerResponse): void {
     const started = performance.now();
@@ -161,29 +129,7 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     response.end(internal.body);
   }
 
-  return {
-    server,
-    listen() {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(config.decisions.port, config.decisions.host, () => {
-          server.off('error', reject);
-          const { address, port, family } = server.address() as AddressInfo;
-          resolve(`http://${family === 'IPv6' ? `[${address}]` : address}:${port}`);
-        });
-      });
-    },
-    async close() {
-      if (!server.listening) return;
-      // Keep-alive connections whose check was in flight when close() started become idle later.
-      const idleSweep = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
-      try {
-        await new Promise<void>((resolve) => server.close(() => resolve()));
-      } finally {
-        clearInterval(idleSweep);
-      }
-    },
-  };
+  return decide;
 }
 
 /** A denial's headers as the decision listener sends them (a flat list; the request id is added per answer). */
