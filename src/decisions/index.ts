@@ -12,6 +12,7 @@ import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
 
 /** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
 const BODY_HEADER = 'x-tokengate-error-body';
+const INTERNAL = renderError(new TokengateError('INTERNAL'));
 
 /**
  * The decision listener's answers: the gateway's check without the forwarding, for an ingress
@@ -36,20 +37,9 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   const log = context.log.child({ listener: 'decisions' });
   const requestIdHeader = config.gateway.requestIdHeader.toLowerCase();
   const userIdHeader = config.gateway.identityHeaders.userId.toLowerCase();
-  // Its own request counters and access log lines, by route label (a bounded set: the routes and `(none)`).
-  const routeRequests = new Map<string, RouteRequests>();
-  const requestsOf = (label: string): RouteRequests => {
-    let requests = routeRequests.get(label);
-    if (requests === undefined) {
-      requests = new RouteRequests(context.metrics.requests, context.requestLog, 'decisions', label);
-      routeRequests.set(label, requests);
-    }
-    return requests;
-  };
+  const requestsOf = requestsByRoute(context);
   const readOriginalRequest = originalRequestReader(context.metrics, requestsOf(UNROUTED));
-  const internal = renderError(new TokengateError('INTERNAL'));
-  // Each denial's response headers as the listener sends them, built on first use: a bounded set (one per compiled denial).
-  const refusalHeaders = { withBody: new Map<Denial, string[]>(), plain: new Map<Denial, string[]>() };
+  const refusalHeaders = keptRefusalHeaders();
 
   function decide(request: IncomingMessage, response: ServerResponse): void {
     const started = performance.now();
@@ -111,13 +101,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId);
     // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
     if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');
-    const cache = withBody ? refusalHeaders.withBody : refusalHeaders.plain;
-    let headers = cache.get(denial);
-    if (headers === undefined) {
-      headers = headersOf(denial, withBody);
-      // A rate limit refusal is built per request (its Retry-After): not kept.
-      if (!isRateLimitRefusal(denial)) cache.set(denial, headers);
-    }
+    const headers = refusalHeaders(denial, withBody);
     response.writeHead(denial.status, [...headers, requestIdHeader, requestId]);
     response.end(denial.body);
   }
@@ -125,8 +109,8 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   // A store error is a denial (503); anything else is a bug, answered as the public listener's error handler answers it.
   function fail(response: ServerResponse, error: unknown, requestId: string): void {
     log.error({ err: error, reqId: requestId }, 'unhandled error');
-    response.writeHead(internal.status, { ...internal.headers, [requestIdHeader]: requestId });
-    response.end(internal.body);
+    response.writeHead(INTERNAL.status, { ...INTERNAL.headers, [requestIdHeader]: requestId });
+    response.end(INTERNAL.body);
   }
 
   return decide;
@@ -138,4 +122,32 @@ function headersOf(denial: Denial, withBody: boolean): string[] {
   if (withBody) headers.push(BODY_HEADER, denial.body);
   headers.push('content-length', String(Buffer.byteLength(denial.body)));
   return headers;
+}
+
+/** The listener's own request counters and access log lines, by route label (a bounded set: the routes and `(none)`). */
+function requestsByRoute(context: TokengateContext): (label: string) => RouteRequests {
+  const routeRequests = new Map<string, RouteRequests>();
+  return (label) => {
+    let requests = routeRequests.get(label);
+    if (requests === undefined) {
+      requests = new RouteRequests(context.metrics.requests, context.requestLog, 'decisions', label);
+      routeRequests.set(label, requests);
+    }
+    return requests;
+  };
+}
+
+/** Each denial's response headers as the listener sends them, built on first use: a bounded set (one per compiled denial). */
+function keptRefusalHeaders(): (denial: Denial, withBody: boolean) => string[] {
+  const kept = { withBody: new Map<Denial, string[]>(), plain: new Map<Denial, string[]>() };
+  return (denial, withBody) => {
+    const cache = withBody ? kept.withBody : kept.plain;
+    let headers = cache.get(denial);
+    if (headers === undefined) {
+      headers = headersOf(denial, withBody);
+      // A rate limit refusal is built per request (its Retry-After): not kept.
+      if (!isRateLimitRefusal(denial)) cache.set(denial, headers);
+    }
+    return headers;
+  };
 }

@@ -76,23 +76,6 @@ export function createAnswerOrder(listener: ListenerName, limits: ListenerLimits
     ),
   };
 
-  /**
-   * Node detaches its parser before a CONNECT or an upgrade, so no request can follow, and with it
-   * what aborts the requests in progress when the connection drops: that is done here instead,
-   * as node would.
-   */
-  function whenAnswered(socket: GuardedSocket, then: () => void): void {
-    const open = socket[kOpenAnswers];
-    if (open === undefined || open.size === 0) return then();
-    socket[kWhenAnswered] = then;
-    const inProgress = [...open];
-    socket.once('close', () => {
-      for (const response of inProgress) {
-        if (!response.writableFinished) response.req.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
-      }
-    });
-  }
-
   /** Closes the connection once no whole request on it is still being answered. */
   function settle(socket: GuardedSocket): void {
     const state = socket[kClosing]!;
@@ -152,4 +135,21 @@ export function createAnswerOrder(listener: ListenerName, limits: ListenerLimits
     },
     whenAnswered: (socket, then) => whenAnswered(socket as GuardedSocket, then),
   };
+}
+
+/**
+ * Node detaches its parser before a CONNECT or an upgrade, so no request can follow, and with it
+ * what aborts the requests in progress when the connection drops: that is done here instead,
+ * as node would.
+ */
+function whenAnswered(socket: GuardedSocket, then: () => void): void {
+  const open = socket[kOpenAnswers];
+  if (open === undefined || open.size === 0) return then();
+  socket[kWhenAnswered] = then;
+  const inProgress = [...open];
+  socket.once('close', () => {
+    for (const response of inProgress) {
+      if (!response.writableFinished) response.req.destroy(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+    }
+  });
 }
