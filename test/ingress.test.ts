@@ -6,7 +6,7 @@ import { parse } from 'yaml';
 import { createHash } from 'node:crypto';
 import { caddyfile, EXAMPLE_ADDRESSES, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { IDENTITY_HEADERS } from '../examples/ticketing-api/server.mjs';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { DECISION_KEEP_ALIVE_MS } from '../src/listeners/decisions.js';
 import { normalizePath, PathRefusal } from '../src/http/path.js';
 import { tokenDigest } from '../src/token/token-value.js';

@@ -18,12 +18,8 @@ const INTERNAL = renderError(new TokengateError('INTERNAL'));
  * The decision listener's answers: the gateway's check without the forwarding, for an ingress
  * that asks before it proxies (nginx auth_request, Envoy ext_authz, Traefik ForwardAuth, Caddy
  * forward_auth). Each check request names an original request (./original-request.ts), which
- * goes through the same steps as a gateway request, on the same route table:
- *
- *   where (normalize the path, match a route, check the method) -> extract -> verify -> prove
- *   -> authorize -> meter
- *
- * and is answered 200 with the identity headers, for the ingress to copy onto the request it
+ * goes through the same steps as a gateway request (../gateway/check.ts), on the same route
+ * table, and is answered 200 with the identity headers, for the ingress to copy onto the request it
  * forwards (and, on a route an ingress may cache, how long it may reuse them: ./reuse.ts), or
  * with the gateway's own error answer, for the ingress to pass to the client.
  *
@@ -52,7 +48,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     const located = locate(gateway.table, original.method, original.target, 0, 0);
     const withBody = original.endpoint === 'authRequest';
     if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started);
-    // 1-5. extract -> verify -> prove -> authorize -> meter, with the route as an ingress applies
+    // The checks (../gateway/check.ts), with the route as an ingress applies
     // it (no body, no query token unless allowed; the original request is the DPoP proof's subject).
     const route = located.route.throughIngress;
     const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original);

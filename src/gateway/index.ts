@@ -98,8 +98,8 @@ function continueOnceChecked(scope: FastifyInstance, routes: GatewayRoutes, maxH
 }
 
 /**
- * The request path, in order: where -> extract -> verify -> prove -> authorize -> meter
- * (./check.ts, shared with the decision listener) -> forward. The handler returns undefined when
+ * The request path (docs/gateway.md#the-request-path): the checks of ./check.ts, shared with the
+ * decision listener, then forward. The handler returns undefined when
  * it has answered (or handed the reply to the forwarder), and a promise of the reply when a step
  * had to wait.
  */
@@ -136,8 +136,8 @@ function gatewayHandler(
     if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
     if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
-    // 1-5. extract -> verify -> prove -> authorize -> meter: one credential, a valid token, its DPoP
-    // proof where one is due, the route's resource, kind and scopes, a rate limit permit.
+    // 1-5. The checks: one credential, a valid token, its DPoP proof where one is due, the
+    // route's resource, kind and scopes, a rate limit permit.
     // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
     const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request);
     if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
