@@ -4,6 +4,7 @@ import type { TokengateContext } from '../context.js';
 import { createDecisionHandler } from '../decisions/index.js';
 import type { GatewayRoutes } from '../gateway/index.js';
 import { createListenerGuard } from './guard.js';
+import { publicLimits } from './public.js';
 
 /**
  * The decision listener (src/decisions/ answers its requests). Plain node:http, not fastify:
@@ -30,16 +31,7 @@ const IDLE_SWEEP_MS = 50;
 export function createDecisionListener(context: TokengateContext, gateway: GatewayRoutes): DecisionListener {
   const { config } = context;
   // The public listener's limits: timeouts, connection caps, and node's own refusals answered in order.
-  const guard = createListenerGuard(
-    'decisions',
-    {
-      requestTimeoutMs: config.server.requestTimeoutMs,
-      maxConnections: config.server.maxConnections,
-      maxConnectionsPerAddress: config.server.maxConnectionsPerAddress,
-      methods: ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
-    },
-    context.metrics,
-  );
+  const guard = createListenerGuard('decisions', publicLimits(config, ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']), context.metrics);
   const server = createServer(guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }).http, createDecisionHandler(context, gateway));
   server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
   guard.attachServer(server);

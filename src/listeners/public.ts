@@ -7,22 +7,13 @@ import { fastifyLogger } from '../observability/logger.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { observeRequests } from '../observability/requests.js';
 import { registerResourceMetadata } from '../resource/metadata-endpoint.js';
-import { createListenerGuard } from './guard.js';
+import { createListenerGuard, type ListenerLimits } from './guard.js';
 import { answerUnrouted } from './unrouted.js';
 
 /** The public listener, guarded, with nothing routed yet: the issuer's endpoints and the gateway's routes. */
 export function createPublicListener(context: TokengateContext): FastifyInstance {
   const { config } = context;
-  const guard = createListenerGuard(
-    'public',
-    {
-      requestTimeoutMs: config.server.requestTimeoutMs,
-      maxConnections: config.server.maxConnections,
-      maxConnectionsPerAddress: config.server.maxConnectionsPerAddress,
-      methods: publicMethods(config),
-    },
-    context.metrics,
-  );
+  const guard = createListenerGuard('public', publicLimits(config, publicMethods(config)), context.metrics);
   const app = Fastify({
     loggerInstance: fastifyLogger(context.log.child({ listener: 'public' })),
     bodyLimit: config.server.bodyLimit,
@@ -60,6 +51,12 @@ export async function routePublicListener(app: FastifyInstance, context: Tokenga
   // The resources' metadata (RFC 9728) is the resource side's: served with or without the issuer.
   await registerResourceMetadata(app, context);
   return registerGateway(app, context);
+}
+
+/** The public listener's limits (`server`), which the decision listener shares; `methods` is the listener's own. */
+export function publicLimits(config: Readonly<Config>, methods: readonly string[]): ListenerLimits {
+  const { requestTimeoutMs, maxConnections, maxConnectionsPerAddress } = config.server;
+  return { requestTimeoutMs, maxConnections, maxConnectionsPerAddress, methods };
 }
 
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */
