@@ -64,7 +64,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const created = await createContext(config, store, log, serves !== 'ops');
   const listeners = await buildListeners(created.context, serves, options.workers);
   const lifecycle: Lifecycle = { closed: false, stoppingCaches: [] };
-  const reload = wireReload(created, store, listeners, lifecycle);
+  const reload = wireReload(created, listeners, lifecycle);
   return {
     context: created.context,
     app: listeners.app,
@@ -102,7 +102,7 @@ async function buildListeners(context: TokengateContext, serves: Serves, workers
 }
 
 /** The reload of this instance, and the config metrics it keeps from the start. */
-function wireReload({ context, cacheFor }: CreatedContext, store: Store, listeners: Listeners, lifecycle: Lifecycle): Tokengate['reload'] {
+function wireReload({ context, cacheFor, readThrough }: CreatedContext, listeners: Listeners, lifecycle: Lifecycle): Tokengate['reload'] {
   const { metrics, log } = context;
   let hash = configHash(context.config);
   metrics.configInfo.set({ hash }, 1);
@@ -130,7 +130,7 @@ function wireReload({ context, cacheFor }: CreatedContext, store: Store, listene
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheFor(effective.cache);
-      context.store = context.cache ?? store;
+      context.store = readThrough(context.cache);
       if (previous !== null) lifecycle.stoppingCaches.push(previous.stop());
     }
     if (effective.logging.level !== running.logging.level) {

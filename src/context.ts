@@ -7,8 +7,8 @@ import { createMetrics, type Metrics } from './observability/metrics.js';
 import { RequestLog } from './observability/requests.js';
 import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
-import { cached, type CachedStore } from './store/cached.js';
-import type { Store } from './store/store.js';
+import { cached, type CachedTokens } from './store/cached.js';
+import { withTokens, type Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from './token/token-value.js';
 
 /**
@@ -19,10 +19,10 @@ import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } fro
 export interface TokengateContext {
   /** The config in effect: the resources, routes, rate limit policies, cache and logging settings of the last reload, the rest as started. */
   config: Readonly<Config>;
-  /** The store as the gateway should read it (the cached wrapper when the cache is on). */
+  /** The store as the gateway should read it (its tokens through the cache when the cache is on). */
   store: Store;
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
-  cache: CachedStore | null;
+  cache: CachedTokens | null;
   readonly minter: TokenMinter;
   /** DPoP proof checking: window, replay marks in the shared store, token endpoint nonces (config `dpop`, bound at start). */
   readonly dpop: Dpop;
@@ -38,8 +38,10 @@ export interface TokengateContext {
 
 export interface CreatedContext {
   readonly context: TokengateContext;
-  /** The token cache a cache config gives (null when off), over the opened store: a reload swaps it in. */
-  cacheFor(settings: CacheConfig): CachedStore | null;
+  /** The token cache a cache config gives (null when off), over the opened store's tokens: a reload swaps it in. */
+  cacheFor(settings: CacheConfig): CachedTokens | null;
+  /** The opened store, its tokens read through `tokenCache` when there is one: the context's `store` with that cache. */
+  readThrough(tokenCache: CachedTokens | null): Store;
 }
 
 /**
@@ -48,12 +50,13 @@ export interface CreatedContext {
  * admin API reads the store).
  */
 export async function createContext(config: Readonly<Config>, store: Store, log: Logger, verifiesTokens: boolean): Promise<CreatedContext> {
-  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.secrets.getOrCreate('token-tag-key', generateTagKey());
   const tagKeyBytes = decodeTagKey(tagKey);
   const metrics = createMetrics();
   // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
   metrics.storeUp.set(1);
-  const cacheFor = (settings: CacheConfig): CachedStore | null => (settings.enabled && verifiesTokens ? cached(store, settings, metrics) : null);
+  const cacheFor = (settings: CacheConfig): CachedTokens | null => (settings.enabled && verifiesTokens ? cached(store.tokens, settings, metrics) : null);
+  const readThrough = (tokenCache: CachedTokens | null): Store => (tokenCache === null ? store : withTokens(store, tokenCache));
   const cache = cacheFor(config.cache);
   // Loaded only when on: a deployment without it never holds its code.
   const clientMetadata = config.clientMetadataDocuments.enabled
@@ -61,7 +64,7 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     : null;
   const context: TokengateContext = {
     config,
-    store: cache ?? store,
+    store: readThrough(cache),
     cache,
     minter: createTokenMinter(tagKeyBytes),
     dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
@@ -71,11 +74,11 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     clientMetadata,
     requestLog: new RequestLog(config.logging.requests),
   };
-  return { context, cacheFor };
+  return { context, cacheFor, readThrough };
 }
 
 /** An application's rate limit tier: a registered one's own, or a metadata document client's from its entry of the list. */
 async function applicationTier(context: TokengateContext, clientId: string): Promise<string | null> {
   if (context.clientMetadata !== null && isMetadataClientId(clientId)) return context.clientMetadata.tier(clientId);
-  return (await context.store.getApplication(clientId))?.rateLimit ?? null;
+  return (await context.store.applications.get(clientId))?.rateLimit ?? null;
 }

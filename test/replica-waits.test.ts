@@ -76,7 +76,7 @@ const outcome = (write: Promise<unknown>) =>
     () => 'acknowledged' as const,
     () => 'failed' as const,
   );
-const save = (store: RedisStore, name: string) => outcome(store.saveSession(name, { userId: 'u', createdAt: Date.now() }, 60_000));
+const save = (store: RedisStore, name: string) => outcome(store.sessions.save(name, { userId: 'u', createdAt: Date.now() }, 60_000));
 
 describe('replica waits', () => {
   it('a master without a replica takes writes; one that attaches is waited for once in sync', { timeout: 30_000 }, async () => {

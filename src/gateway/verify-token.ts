@@ -26,7 +26,7 @@ export function verifyToken(context: TokengateContext, token: string): VerifiedT
     context.metrics.forgedTokens.inc();
     return 'forged_token';
   }
-  return readToken(cache === null ? context.store.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached));
+  return readToken(cache === null ? context.store.tokens.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached));
 }
 
 async function readToken(lookup: Promise<VerifiedToken | null>): Promise<VerifiedToken | VerificationFailure> {

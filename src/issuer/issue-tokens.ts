@@ -56,7 +56,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     expiresAt: issuedAt + accessTokenTtl * 1000,
     ...(issuance.jkt === null ? {} : { jkt: issuance.jkt }),
   };
-  const saves = [context.store.saveAccessToken(tokenDigest(accessToken), access)];
+  const saves = [context.store.tokens.saveAccessToken(tokenDigest(accessToken), access)];
 
   let refreshToken: string | undefined;
   if (issuance.kind === 'user') {
@@ -71,7 +71,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
       expiresAt: issuedAt + refreshTokenTtl * 1000,
       ...(issuance.jkt !== null && issuance.bindRefreshToken ? { jkt: issuance.jkt } : {}),
     };
-    saves.push(context.store.saveRefreshToken(tokenDigest(refreshToken), refresh));
+    saves.push(context.store.tokens.saveRefreshToken(tokenDigest(refreshToken), refresh));
   }
   await Promise.all(saves);
 

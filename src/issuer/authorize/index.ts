@@ -72,7 +72,7 @@ function authorizationSteps(context: TokengateContext) {
   const issuer = config.issuer;
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
-  const throttle = new LoginThrottle(store, issuer.loginThrottle);
+  const throttle = new LoginThrottle(store.counters, issuer.loginThrottle);
   const findClient = clientFinder(context);
   const issuerUrl = new URL(issuer.issuerUrl);
   const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
@@ -274,6 +274,6 @@ async function issueCode(context: TokengateContext, authorization: Authorization
     expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
     ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
   };
-  await context.store.saveAuthorizationCode(tokenDigest(code), record);
+  await context.store.codes.save(tokenDigest(code), record);
   return code;
 }
