@@ -27,6 +27,7 @@ import {
   rateLimitCommands,
   rateLimitOff,
   rateLimitOver,
+  rateLimitOverCommands,
   rateLimitUnder,
   nginxLru,
   nginxRedis,
@@ -58,6 +59,7 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
   rowsInTurns('rate-limit-commands', [rateLimitCommands]),
+  rowsInTurns('rate-limit-over-commands', [rateLimitOverCommands]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -90,6 +92,7 @@ async function main(): Promise<number> {
     forgedStoreCalls: null,
     dpopStoreCommands: null,
     rateLimitCommandsPer1k: null,
+    rateLimitOver: null,
     notes: [],
     failures: [],
   };

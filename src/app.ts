@@ -180,7 +180,7 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
   } finally {
     clearInterval(idleSweep);
   }
-  context.rateLimiter.close();
+  await context.rateLimiter.close();
   await context.clientMetadata?.close();
   await context.cache?.stop();
   await Promise.all(lifecycle.stoppingCaches);

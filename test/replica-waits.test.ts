@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { proofMarksFor } from '../src/dpop/replay.js';
+import { READ_ONLY } from '../src/ratelimit/lease-protocol.js';
 import { leasesFor } from '../src/ratelimit/leases.js';
 import { compilePolicy } from '../src/ratelimit/policies.js';
 import type { RedisStore } from '../src/store/redis.js';
@@ -103,7 +104,7 @@ describe('replica waits', () => {
       const leases = leasesFor(store.backend);
       const marks = proofMarksFor(store.backend);
       const policy = compilePolicy('frozen', { by: 'application', requestsPerSecond: 10, burst: 10 });
-      const lease = () => outcome(leases.lease('ratelimit:frozen:app', policy, { want: 1, returned: 0, charged: 0 }));
+      const lease = () => outcome(leases.lease('ratelimit:frozen:app', policy, { ...READ_ONLY, want: 1 }));
       const mark = (jti: string) => outcome(marks.markFirstUse(jti, 60_000));
 
       started[1]!.pause();

@@ -106,6 +106,11 @@ function memoryLines(results: Results): string[] {
     );
   if (results.rateLimitCommandsPer1k !== null)
     lines.push(`Redis commands per 1,000 requests admitted on a rate limited route under its limit: ${fixed(results.rateLimitCommandsPer1k, 1)}`);
+  const over = results.rateLimitOver;
+  if (over !== null && over.seconds > 0)
+    lines.push(
+      `rate limited route at 3x its limit: ${fixed(over.refused / over.seconds, 0)} 429s per second, ${fixed(over.commands / over.seconds, 1)} Redis commands per second`,
+    );
   if (revocation !== null)
     lines.push(
       `revocation seen by a second sidecar (${revocation.samples} tokens): p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,

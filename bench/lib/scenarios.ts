@@ -368,6 +368,29 @@ export const rateLimitOver: Row = {
   },
 };
 
+/**
+ * The over-limit row alone, its Redis commands counted: what an application that stays over its
+ * limit costs the store (the bound of docs/rate-limits.md), beside the 429s it was answered.
+ */
+export const rateLimitOverCommands: Row = {
+  id: 'rate-limit-over-commands',
+  title: `tokengate, rate limited route at 3x its limit (${OVER_LIMIT_RATE.toLocaleString('en')} req/s), Redis commands counted`,
+  tier: rateLimitedTokengate,
+  rate: OVER_LIMIT_RATE,
+  connections: 10,
+  async traffic(bench, tier) {
+    await (await fetch(`${tier.url}${OVER_LIMIT}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
+    bench.results.rateLimitOver = { commands: -(await commandsExecuted(bench.redis.store.backend)), seconds: 0, refused: 0 };
+    return { request: { ...bench.me, path: OVER_LIMIT }, expectedStatus: [200, 429] };
+  },
+  async finish(bench, _tier, result) {
+    const counted = bench.results.rateLimitOver!;
+    counted.commands += await commandsExecuted(bench.redis.store.backend);
+    counted.seconds = result.load.seconds;
+    counted.refused = result.load.statuses['429'] ?? 0;
+  },
+};
+
 /** The under-limit row alone, its Redis commands counted: what the leases cost the store. */
 export const rateLimitCommands: Row = {
   id: 'rate-limit-commands',

@@ -4,7 +4,7 @@ import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/r
 import { normalizePath, PathRefusal } from '../http/path.js';
 import { isAudience } from '../resource/audience.js';
 import { Bucket } from '../ratelimit/bucket.js';
-import type { RouteRateLimit } from '../ratelimit/limiter.js';
+import type { RateRefusal, RouteRateLimit } from '../ratelimit/limiter.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
@@ -110,12 +110,32 @@ function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, 
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];
-  return route.rateLimit === null ? { credential, token, admission: null } : meter(route.rateLimit, credential, token);
+  return route.rateLimit === null ? { credential, token, admission: null } : meter(route, route.rateLimit, credential, token);
 }
 
 // 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
-function meter(limit: RouteRateLimit, credential: Credential, token: VerifiedToken): Checked | Denial | Promise<Checked | Denial> {
+function meter<Target>(
+  route: GatewayRoute<Target>,
+  limit: RouteRateLimit,
+  credential: Credential,
+  token: VerifiedToken,
+): Checked | Denial | Promise<Checked | Denial> {
   const admitted = limit.limiter.admit(limit, token);
-  if (admitted instanceof Promise) return admitted.then((outcome) => (outcome instanceof Bucket ? { credential, token, admission: outcome } : outcome));
-  return admitted instanceof Bucket ? { credential, token, admission: admitted } : admitted;
+  if (admitted instanceof Promise) return admitted.then((outcome) => metered(route, credential, token, outcome));
+  return metered(route, credential, token, admitted);
+}
+
+function metered<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken, outcome: Bucket | RateRefusal): Checked | Denial {
+  if (outcome instanceof Bucket) return { credential, token, admission: outcome };
+  // The route's compiled 429, with the fields of this refusal: when to come back, and the policy's.
+  const denial = route.denials[outcome.refusal];
+  return {
+    ...denial,
+    headers: {
+      ...denial.headers,
+      'retry-after': String(outcome.retryAfter),
+      'ratelimit-policy': outcome.policy.policyHeader,
+      ratelimit: outcome.policy.remainingHeader(0),
+    },
+  };
 }
