@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { caddyfile, nginxConf } from '../examples/ingress/configs.mjs';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { caddyCommand, exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { ROOT } from './support/markdown.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { calculateJwkThumbprint, exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig, type ConfigError } from '../src/config/load.js';
+import { parseConfig, type ConfigError } from '../src/load-config.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';

@@ -66,20 +66,7 @@ const CONNECTIONS_PER_UPSTREAM = 128;
  * a proxy plugin's request and stream machinery, which is most of what a cached request costs.
  */
 export function createForwarder(rules: HeaderRules, requestIdHeader: string, metrics: Metrics): Forwarder {
-  const pools = new Map<string, Pool>();
-  const closing = new Set<Promise<void>>();
-  const retire = (pool: Pool): void => {
-    const closed = pool.close().finally(() => closing.delete(closed));
-    closing.add(closed);
-  };
-  const poolFor = (url: URL): Pool => {
-    let pool = pools.get(url.origin);
-    if (pool === undefined) {
-      pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM });
-      pools.set(url.origin, pool);
-    }
-    return pool;
-  };
+  const { poolFor, retire, retainOnly, close } = upstreamPools();
 
   const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials, requests }) => {
     const url = new URL(upstream);
@@ -151,6 +138,29 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
   return {
     createTarget,
     forward,
+    retainOnly,
+    close,
+  };
+}
+
+/** One keep-alive pool per upstream origin, and the pools retired by a reload, closing once their requests are done. */
+function upstreamPools(): Pick<Forwarder, 'retainOnly' | 'close'> & { poolFor(url: URL): Pool; retire(pool: Pool): void } {
+  const pools = new Map<string, Pool>();
+  const closing = new Set<Promise<void>>();
+  const retire = (pool: Pool): void => {
+    const closed = pool.close().finally(() => closing.delete(closed));
+    closing.add(closed);
+  };
+  return {
+    retire,
+    poolFor(url) {
+      let pool = pools.get(url.origin);
+      if (pool === undefined) {
+        pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM });
+        pools.set(url.origin, pool);
+      }
+      return pool;
+    },
     retainOnly(routes) {
       const origins = upstreamOrigins(routes);
       for (const [origin, pool] of pools) {

@@ -1,6 +1,6 @@
 import { AggregatorRegistry } from 'prom-client';
 import type { Tokengate } from '../app.js';
-import { loadConfigFile } from '../config/load.js';
+import { loadConfigFile } from '../load-config.js';
 import { isPrimaryMessage, type WorkerMessage } from './messages.js';
 
 /**

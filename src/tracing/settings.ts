@@ -1,4 +1,4 @@
-import type { ConfigProblem } from '../config/problem.js';
+import type { ConfigCheck, ConfigProblem, Environment } from '../config/problem.js';
 import { LONGEST_TIMER_MS, type TracingConfig } from '../config/schema.js';
 
 /**
@@ -25,8 +25,6 @@ export interface TracingSettings {
   readonly maxExportBatchSize: number;
   readonly scheduledDelayMs: number;
 }
-
-type Environment = Readonly<Record<string, string | undefined>>;
 
 const SAMPLERS: readonly Sampler[] = ['parentbased_traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'traceidratio', 'always_on', 'always_off'];
 const PROTOCOLS: readonly Protocol[] = ['http/protobuf', 'http/json'];
@@ -196,3 +194,6 @@ function joinTracesPath(base: string): string {
 function withoutCredentials(url: string): string {
   return url.replace(/\/\/[^/@]*@/, '//***@');
 }
+
+/** The `tracing` section and the OTEL_* environment, checked when the config loads (`tokengate check` names each problem). */
+export const checkTracing: ConfigCheck = (config, env) => tracingSettings(config.tracing, env).problems;
