@@ -1,0 +1,144 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { failOverRepeatedly, killWorkersRepeatedly, sampleMemory, type MemorySamples } from './support/soak-chaos.js';
+import { LIMITED_POLICY, ROUTES, startSoakDeployment, untilReady, type SoakDeployment, type SoakSidecar } from './support/soak-deployment.js';
+import { CUT, HUNG_MS, SoakLedger } from './support/soak-ledger.js';
+import { SoakTraffic } from './support/soak-traffic.js';
+import { sleep } from './support/wait.js';
+
+/**
+ * Everything at once, as production brings it: two sidecars (`tokengate serve`, two workers
+ * each) on a Redis master and replica watched by three sentinels, under every kind of traffic
+ * (test/support/soak-traffic.ts), while the master fails over and workers are killed on a
+ * schedule. The verdict comes from the clients' answers alone (test/support/soak-ledger.ts).
+ *
+ * In CI it runs 75 s with a failover every 30 s and a kill every 22 s; the long run takes
+ * the production schedule, a failover a minute and a kill every 45 s:
+ *
+ *   SOAK_SECONDS=600 npx vitest run test/chaos-soak.test.ts
+ *
+ * prints its figures (also printed in CI with SOAK_REPORT=1).
+ */
+
+const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 75);
+const LONG = SOAK_SECONDS >= 300;
+const FAILOVER_EVERY_MS = LONG ? 60_000 : 30_000;
+const KILL_EVERY_MS = LONG ? 45_000 : 22_000;
+/** The quota route's daily quota: its client asks about 5 times a second, so the quota runs out before the end. */
+const QUOTA = SOAK_SECONDS * 3;
+/** Requests the final /metrics check sends each sidecar, each on a connection of its own. */
+const COUNTED = 40;
+
+let deployment: SoakDeployment;
+
+beforeAll(async () => {
+  deployment = await startSoakDeployment(QUOTA);
+}, 240_000);
+afterAll(async () => {
+  await deployment?.stop();
+});
+
+/** Every token the soak holds, on both sidecars once more, now that the chaos is over. */
+async function checkEveryTokenAgain(traffic: SoakTraffic, ledger: SoakLedger): Promise<void> {
+  const valid = [...traffic.tokens.all].filter(([, state]) => state.state === 'valid').map(([token]) => token);
+  const revoked = traffic.tokens.revoked;
+  for (const sidecar of deployment.sidecars) {
+    for (const [tokens, judged] of [
+      [valid.slice(-500), 'valid'],
+      [revoked.slice(-300), 'revoked'],
+    ] as const) {
+      for (const token of tokens) {
+        const sentMs = ledger.now();
+        const status = await fetch(`${sidecar.publicUrl}${ROUTES.me}`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(HUNG_MS) }).then(
+          async (response) => (await response.arrayBuffer(), response.status),
+          () => CUT,
+        );
+        ledger.record(`afterwards ${judged}`, status, sentMs, judged === 'valid' ? [200] : [401], judged);
+      }
+    }
+  }
+}
+
+/** The count the primary's /metrics gives for COUNTED requests spread over its workers. */
+async function countedByMetrics(sidecar: SoakSidecar, token: string): Promise<number> {
+  for (let index = 0; index < COUNTED; index++) {
+    const response = await fetch(`${sidecar.publicUrl}${ROUTES.counted}`, { headers: { authorization: `Bearer ${token}`, connection: 'close' } });
+    await response.arrayBuffer();
+  }
+  const metrics = await (await fetch(`${sidecar.opsUrl}/metrics`)).text();
+  const line = new RegExp(`^tokengate_gateway_requests_total\\{route="${ROUTES.counted}",outcome="forwarded",reason="ok"\\} (\\d+)$`, 'm').exec(metrics);
+  return Number(line?.[1] ?? 0);
+}
+
+/** Resident memory of each process from a third of the soak (warmed up) to its end, in MB; processes that did not live through both are left out. */
+function memoryGrowth(samples: MemorySamples[], endMs: number): Array<{ process: string; fromMb: number; toMb: number }> {
+  const mb = (bytes: number) => Math.round(bytes / 104_857.6) / 10;
+  return samples
+    .filter((entry) => entry.samples[0]![0] <= endMs / 3 && entry.samples.at(-1)![0] >= endMs - 10_000)
+    .map((entry) => {
+      const warm = entry.samples.find(([at]) => at >= endMs / 3)!;
+      return { process: `${entry.label} ${entry.pid}`, fromMb: mb(warm[1]), toMb: mb(entry.samples.at(-1)![1]) };
+    });
+}
+
+describe('chaos soak: failovers and worker deaths under mixed traffic', () => {
+  it(`${SOAK_SECONDS} s: no valid token refused outside a failover, no revoked token accepted, nothing honoured twice, no quota exceeded, nothing hung, memory flat`, { timeout: SOAK_SECONDS * 1_000 + 300_000 }, async () => {
+    const ledger = new SoakLedger();
+    const endMs = SOAK_SECONDS * 1_000;
+    let running = true;
+    const traffic = new SoakTraffic(deployment, ledger, () => running);
+    const clients = traffic.run();
+    const memory = sampleMemory(deployment.sidecars, ledger, () => running);
+    try {
+      await Promise.all([
+        failOverRepeatedly(deployment.topology.sentinel, ledger, { everyMs: FAILOVER_EVERY_MS, endMs, quietMs: 8_000 }),
+        killWorkersRepeatedly(deployment.sidecars, ledger, { everyMs: KILL_EVERY_MS, endMs, quietMs: 5_000 }),
+      ]);
+      while (ledger.now() < endMs) await sleep(200);
+    } finally {
+      running = false;
+      await clients;
+    }
+    const rss = memoryGrowth(await memory, endMs);
+    for (const sidecar of deployment.sidecars) await untilReady(sidecar);
+    await checkEveryTokenAgain(traffic, ledger);
+    const probe = (await traffic.clientCredentials(deployment.application, 'issue for the metrics check'))!;
+    const counted = [];
+    for (const sidecar of deployment.sidecars) counted.push(await countedByMetrics(sidecar, probe));
+
+    const verdict = ledger.verdict();
+    const figures = {
+      seconds: SOAK_SECONDS,
+      failovers: ledger.failovers.map((each) => ({
+        atS: Math.round(each.startedMs / 100) / 10,
+        promotedAfterMs: Math.round(each.promotedMs - each.startedMs),
+        healthyAfterMs: Math.round(each.healthyMs - each.startedMs),
+      })),
+      kills: ledger.kills.map((each) => ({ atS: Math.round(each.killedMs / 100) / 10, sidecar: each.sidecar, replacedAfterMs: each.replacedAfterMs })),
+      answers: ledger.counts,
+      limitedAdmitted: ledger.limitedAdmitted,
+      quotaAdmitted: ledger.quotaAdmitted,
+      counted,
+      rss,
+      verdict,
+    };
+    if (LONG || process.env.SOAK_REPORT) process.stdout.write(`chaos soak: ${JSON.stringify(figures, null, 1)}\n`);
+
+    expect(ledger.failovers.length).toBeGreaterThanOrEqual(Math.floor((endMs - 8_000 - FAILOVER_EVERY_MS / 2) / FAILOVER_EVERY_MS) + 1);
+    expect(ledger.kills.length).toBeGreaterThanOrEqual(Math.floor((endMs - 5_000 - KILL_EVERY_MS / 2) / KILL_EVERY_MS) + 1);
+    expect(ledger.kills.every((kill) => kill.replacedAfterMs !== null)).toBe(true);
+    expect(verdict.examples).toEqual({ unavailableOutsideWindows: [], cutsAwayFromKills: [], hung: [], validRefused: [], revokedAccepted: [], unexpected: [] });
+    expect(verdict).toMatchObject({ unknownAccepted: 0, codesHonouredTwice: 0, refreshTokensHonouredTwice: 0, proofsHonouredTwice: 0 });
+    expect(ledger.quotaAdmitted).toBeLessThanOrEqual(QUOTA);
+    // Only a burst per process beyond the policy: leases come from one budget in the store, and a
+    // process cut off from it admits its share of the policy.
+    expect(ledger.limitedAdmitted).toBeLessThanOrEqual(LIMITED_POLICY.requestsPerSecond * SOAK_SECONDS * 1.1 + LIMITED_POLICY.burst * 6);
+    // /metrics on each primary sums both its workers.
+    expect(counted).toEqual([COUNTED, COUNTED]);
+    // Every kind of request was made and answered.
+    for (const what of ['gateway valid first', 'gateway valid again', 'gateway revoked', 'gateway unknown', 'decision valid', 'decision revoked', 'revoke', 'sign-in', 'consent', 'code', 'code presented twice', 'refresh', 'refresh token replayed', 'issue DPoP-bound', 'gateway DPoP', 'gateway DPoP proof replayed', 'gateway limited', 'gateway quota'])
+      expect(ledger.counts[what]?.[200] ?? ledger.counts[what]?.[401] ?? ledger.counts[what]?.[303] ?? ledger.counts[what]?.[302] ?? ledger.counts[what]?.[400] ?? 0, what).toBeGreaterThan(0);
+    expect(ledger.counts['gateway limited']?.[429]).toBeGreaterThan(0);
+    expect(ledger.counts['gateway quota']?.[429]).toBeGreaterThan(0);
+    for (const { process, fromMb, toMb } of rss) expect(toMb, process).toBeLessThanOrEqual(fromMb * 1.25 + 16);
+  });
+});

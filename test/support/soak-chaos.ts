@@ -1,0 +1,96 @@
+import type { LocalRedisSentinel } from './redis-sentinel.js';
+import { liveWorkers, residentBytes, type SoakSidecar } from './soak-deployment.js';
+import type { SoakLedger } from './soak-ledger.js';
+import { sleep } from './wait.js';
+
+/**
+ * What the chaos soak does to the deployment while its clients run: a Sentinel failover
+ * (SENTINEL FAILOVER: the replica promoted, the old master turned into its replica) and a worker
+ * killed (SIGKILL), each on a schedule, and the resident memory of every tokengate process
+ * sampled throughout.
+ */
+
+/** Waits until `atMs` of the soak, or returns false when the soak ends first. */
+async function until(ledger: SoakLedger, atMs: number, endMs: number): Promise<boolean> {
+  if (atMs >= endMs) return false;
+  while (ledger.now() < atMs) await sleep(Math.min(200, atMs - ledger.now()));
+  return true;
+}
+
+/**
+ * A failover every `everyMs`, the first at half of it, none in the last `quietMs` of `endMs`.
+ * Each is timed: asked, promoted (every sentinel names the replica, which says it is master),
+ * healthy again (the old master is its replica, in sync).
+ */
+export async function failOverRepeatedly(sentinel: LocalRedisSentinel, ledger: SoakLedger, schedule: { everyMs: number; endMs: number; quietMs: number }): Promise<void> {
+  for (let at = schedule.everyMs / 2; await until(ledger, at, schedule.endMs - schedule.quietMs); at += schedule.everyMs) {
+    const master = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== master)!;
+    const startedMs = ledger.now();
+    await askForFailover(sentinel);
+    await sentinel.waitForMaster(successor);
+    const promotedMs = ledger.now();
+    await sentinel.waitUntilHealthy(successor, 60_000);
+    ledger.failovers.push({ startedMs, promotedMs, healthyMs: ledger.now() });
+  }
+}
+
+async function askForFailover(sentinel: LocalRedisSentinel): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      await sentinel.sentinels[0]!.command('SENTINEL', 'FAILOVER', sentinel.masterName);
+      return;
+    } catch (error) {
+      // -INPROG (the last one still finishing) or -NOGOODSLAVE (the replica not yet in sync): ask again.
+      if (Date.now() > deadline) throw error;
+      await sleep(200);
+    }
+  }
+}
+
+/** Kills a live worker every `everyMs` (the first at half of it), taking the sidecars in turn, and times its replacement. */
+export async function killWorkersRepeatedly(sidecars: readonly SoakSidecar[], ledger: SoakLedger, schedule: { everyMs: number; endMs: number; quietMs: number }): Promise<void> {
+  let turn = 0;
+  for (let at = schedule.everyMs / 2; await until(ledger, at, schedule.endMs - schedule.quietMs); at += schedule.everyMs) {
+    const sidecar = sidecars[turn++ % sidecars.length]!;
+    const workers = liveWorkers(sidecar);
+    const pid = workers[Math.floor(Math.random() * workers.length)];
+    if (pid === undefined) continue;
+    process.kill(pid, 'SIGKILL');
+    const kill = { sidecar: sidecar.name, pid, killedMs: ledger.now(), replacedAfterMs: null as number | null };
+    ledger.kills.push(kill);
+    while (liveWorkers(sidecar).length < 2 && ledger.now() < kill.killedMs + 60_000) await sleep(100);
+    if (liveWorkers(sidecar).length === 2) kill.replacedAfterMs = Math.round(ledger.now() - kill.killedMs);
+  }
+}
+
+export interface MemorySamples {
+  label: string;
+  pid: number;
+  /** [ms into the soak, resident bytes] */
+  samples: Array<[number, number]>;
+}
+
+/** Samples every tokengate process's resident memory every `everyMs` until `running()` turns false. */
+export async function sampleMemory(sidecars: readonly SoakSidecar[], ledger: SoakLedger, running: () => boolean, everyMs = 5_000): Promise<MemorySamples[]> {
+  const byPid = new Map<number, MemorySamples>();
+  const sample = () => {
+    for (const sidecar of sidecars) {
+      const processes: Array<[string, number]> = [[`${sidecar.name} primary`, sidecar.serve.child.pid!], ...liveWorkers(sidecar).map((pid): [string, number] => [`${sidecar.name} worker`, pid])];
+      for (const [label, pid] of processes) {
+        const bytes = residentBytes(pid);
+        if (bytes === null) continue;
+        const entry = byPid.get(pid) ?? { label, pid, samples: [] };
+        entry.samples.push([Math.round(ledger.now()), bytes]);
+        byPid.set(pid, entry);
+      }
+    }
+  };
+  while (running()) {
+    sample();
+    for (let waited = 0; waited < everyMs && running(); waited += 200) await sleep(200);
+  }
+  sample();
+  return [...byPid.values()];
+}
