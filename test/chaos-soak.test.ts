@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { failOverRepeatedly, killWorkersRepeatedly, sampleMemory, type MemorySamples } from './support/soak-chaos.js';
 import { LIMITED_POLICY, ROUTES, startSoakDeployment, untilReady, type SoakDeployment, type SoakSidecar } from './support/soak-deployment.js';
@@ -34,6 +36,9 @@ beforeAll(async () => {
   deployment = await startSoakDeployment(QUOTA);
 }, 240_000);
 afterAll(async () => {
+  // SOAK_LOG_DIR=/some/dir keeps each sidecar's log (its 5xx answers with their reasons, its workers' deaths).
+  const logs = process.env.SOAK_LOG_DIR;
+  if (logs !== undefined) for (const sidecar of deployment?.sidecars ?? []) writeFileSync(join(logs, `chaos-soak-${sidecar.name}.log`), sidecar.serve.output());
   await deployment?.stop();
 });
 

@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { lagReplicaThenFailOver, runFailover, summarize, startFailoverSidecars } from './support/failover.js';
-import { startUpstream, type Upstream } from './support/gateway.js';
+import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
 import type { RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
-import { openTopologyStore, startSentinelTopology } from './support/topologies.js';
-import { eventually } from './support/wait.js';
+import type { RedisNode } from './support/redis-cluster.js';
+import { deleteTopologyPrefix, openTopologyStore, startSentinelTopology } from './support/topologies.js';
+import { eventually, sleep } from './support/wait.js';
 
 /**
  * The Sentinel master is killed under traffic through two sidecars; the sentinels promote the
@@ -71,6 +72,47 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     );
     // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
     expect(await resets()).toEqual([1, 1]);
+  });
+
+  it('takes writes at once on a server promoted again, though it had a replica when it was master before', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-back');
+    const store = await openTopologyStore(topology, prefix, { waitForReplicas: 1, commandTimeoutMs: 500 });
+    const now = Date.now();
+    const record = { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 600_000 };
+    const save = () => store.saveAccessToken(randomBytes(32).toString('hex'), record);
+    /** Failed writes from the promotion until the first one taken; the first one is sent when every sentinel names the new master. */
+    const failOverTo = async (successor: RedisNode) => {
+      await sentinel.failOver();
+      await sentinel.waitForMaster(successor);
+      let failed = 0;
+      const promoted = Date.now();
+      let lastError: unknown;
+      while (!(await save().then(() => true, (error: unknown) => ((lastError = error), false)))) {
+        failed += 1;
+        if (Date.now() - promoted > 30_000) throw new Error(`no write taken in 30 s after the promotion: ${String(lastError)}`);
+        await sleep(20);
+      }
+      const firstWriteAfterMs = Date.now() - promoted;
+      await sentinel.waitUntilHealthy(successor);
+      return { failed, firstWriteAfterMs };
+    };
+    try {
+      const first = await sentinel.currentMaster();
+      const second = sentinel.servers.find((server) => server !== first)!;
+      // The store learns `first` as a master with a replica in sync.
+      await save();
+      await failOverTo(second);
+      await save();
+      // Back to `first`: a new replication ID, and no replica until the sentinels turn `second`
+      // into one (up to 10 s later). Its writes go on at once, as on any promoted server.
+      const back = await failOverTo(first);
+      expect(back.firstWriteAfterMs).toBeLessThan(3_000);
+    } finally {
+      await store.close();
+      await deleteTopologyPrefix(topology, prefix);
+    }
   });
 
   it('acknowledges no write its replica has not confirmed: one acknowledged by the master alone is lost with it', { timeout: 60_000 }, async () => {

@@ -27,25 +27,11 @@ export async function failOverRepeatedly(sentinel: LocalRedisSentinel, ledger: S
     const master = await sentinel.currentMaster();
     const successor = sentinel.servers.find((server) => server !== master)!;
     const startedMs = ledger.now();
-    await askForFailover(sentinel);
+    await sentinel.failOver();
     await sentinel.waitForMaster(successor);
     const promotedMs = ledger.now();
     await sentinel.waitUntilHealthy(successor, 60_000);
     ledger.failovers.push({ startedMs, promotedMs, healthyMs: ledger.now() });
-  }
-}
-
-async function askForFailover(sentinel: LocalRedisSentinel): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    try {
-      await sentinel.sentinels[0]!.command('SENTINEL', 'FAILOVER', sentinel.masterName);
-      return;
-    } catch (error) {
-      // -INPROG (the last one still finishing) or -NOGOODSLAVE (the replica not yet in sync): ask again.
-      if (Date.now() > deadline) throw error;
-      await sleep(200);
-    }
   }
 }
 

@@ -51,7 +51,7 @@ export interface SoakDeployment {
 }
 
 function sidecarConfig(options: { prefix: string; tagKey: string; sentinels: string[]; port: number; decisionsPort: number; upstream: string; quota: number }): string {
-  const route = (path: string, extra = '') => `  - path: ${path}\n    upstream: ${options.upstream}\n${extra}`;
+  const route = (path: string, extra = '') => `  - path: ${path}\n    token: any\n    scopes: [public]\n    upstream: ${options.upstream}\n${extra}`;
   return [
     `server:\n  host: 127.0.0.1\n  port: ${options.port}\n  workers: 2`,
     'admin:\n  host: 127.0.0.1\n  port: 0',

@@ -116,6 +116,7 @@ export class SoakLedger {
       requests: Object.values(this.counts).reduce((sum, table) => sum + Object.values(table).reduce((a, b) => a + b, 0), 0),
       unavailable: this.unavailable.length,
       unavailableOutsideWindows: outsideWindows.length,
+      unavailableOutsideWindowsByKind: byKind(outsideWindows),
       lastUnavailableAfterPromotionMs: lastUnavailableAfterPromotion,
       cuts: this.cut.length,
       cutsAwayFromKills: this.cut.filter((event) => !this.nearKill(event)).length,
@@ -143,6 +144,7 @@ export interface SoakVerdict {
   requests: number;
   unavailable: number;
   unavailableOutsideWindows: number;
+  unavailableOutsideWindowsByKind: Record<string, number>;
   /** The latest a 503'd request was sent after its failover's promotion, in ms. */
   lastUnavailableAfterPromotionMs: number;
   cuts: number;
@@ -156,4 +158,10 @@ export interface SoakVerdict {
   proofsHonouredTwice: number;
   unexpected: number;
   examples: Record<string, Event[]>;
+}
+
+function byKind(events: readonly Event[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const event of events) counts[event.what] = (counts[event.what] ?? 0) + 1;
+  return counts;
 }

@@ -132,7 +132,7 @@ export class SoakTraffic {
   /** A client_credentials token of `application`, or null when none was issued. */
   async clientCredentials(application: TestApplication, what = 'issue client_credentials'): Promise<string | null> {
     const sentMs = this.ledger.now();
-    const reply = await this.tokenRequest(this.sidecar(), application, { grant_type: 'client_credentials' });
+    const reply = await this.tokenRequest(this.sidecar(), application, { grant_type: 'client_credentials', scope: 'public' });
     this.ledger.record(what, reply.status, sentMs, [200]);
     return reply.status === 200 ? (JSON.parse(reply.body) as { access_token: string }).access_token : null;
   }
@@ -293,7 +293,7 @@ export class SoakTraffic {
       const { publicKey, privateKey } = await generateKeyPair('ES256');
       const keys = { privateKey, jwk: await exportJWK(publicKey) };
       const sentMs = this.ledger.now();
-      const reply = await this.tokenRequest(sidecar, this.deployment.application, { grant_type: 'client_credentials' }, {
+      const reply = await this.tokenRequest(sidecar, this.deployment.application, { grant_type: 'client_credentials', scope: 'public' }, {
         dpop: await this.proof(keys, 'POST', `${sidecar.publicUrl}/oauth/token`),
       });
       this.ledger.record('issue DPoP-bound', reply.status, sentMs, [200]);
