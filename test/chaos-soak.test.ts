@@ -53,7 +53,10 @@ async function checkEveryTokenAgain(traffic: SoakTraffic, ledger: SoakLedger): P
     ] as const) {
       for (const token of tokens) {
         const sentMs = ledger.now();
-        const status = await fetch(`${sidecar.publicUrl}${ROUTES.me}`, { headers: { authorization: `Bearer ${token}` }, signal: AbortSignal.timeout(HUNG_MS) }).then(
+        const status = await fetch(`${sidecar.publicUrl}${ROUTES.me}`, {
+          headers: { authorization: `Bearer ${token}` },
+          signal: AbortSignal.timeout(HUNG_MS),
+        }).then(
           async (response) => (await response.arrayBuffer(), response.status),
           () => CUT,
         );
@@ -86,64 +89,102 @@ function memoryGrowth(samples: MemorySamples[], endMs: number): Array<{ process:
 }
 
 describe('chaos soak: failovers and worker deaths under mixed traffic', () => {
-  it(`${SOAK_SECONDS} s: no valid token refused outside a failover, no revoked token accepted, nothing honoured twice, no quota exceeded, nothing hung, memory flat`, { timeout: SOAK_SECONDS * 1_000 + 300_000 }, async () => {
-    const ledger = new SoakLedger();
-    const endMs = SOAK_SECONDS * 1_000;
-    let running = true;
-    const traffic = new SoakTraffic(deployment, ledger, () => running);
-    const clients = traffic.run();
-    const memory = sampleMemory(deployment.sidecars, ledger, () => running);
-    try {
-      await Promise.all([
-        failOverRepeatedly(deployment.topology.sentinel, ledger, { everyMs: FAILOVER_EVERY_MS, endMs, quietMs: 8_000 }),
-        killWorkersRepeatedly(deployment.sidecars, ledger, { everyMs: KILL_EVERY_MS, endMs, quietMs: 5_000 }),
-      ]);
-      while (ledger.now() < endMs) await sleep(200);
-    } finally {
-      running = false;
-      await clients;
-    }
-    const rss = memoryGrowth(await memory, endMs);
-    for (const sidecar of deployment.sidecars) await untilReady(sidecar);
-    await checkEveryTokenAgain(traffic, ledger);
-    const probe = (await traffic.clientCredentials(deployment.application, 'issue for the metrics check'))!;
-    const counted = [];
-    for (const sidecar of deployment.sidecars) counted.push(await countedByMetrics(sidecar, probe));
+  it(
+    `${SOAK_SECONDS} s: no valid token refused outside a failover, no revoked token accepted, nothing honoured twice, no quota exceeded, nothing hung, memory flat`,
+    { timeout: SOAK_SECONDS * 1_000 + 300_000 },
+    async () => {
+      const ledger = new SoakLedger();
+      const endMs = SOAK_SECONDS * 1_000;
+      let running = true;
+      const traffic = new SoakTraffic(deployment, ledger, () => running);
+      const clients = traffic.run();
+      const memory = sampleMemory(deployment.sidecars, ledger, () => running);
+      try {
+        await Promise.all([
+          failOverRepeatedly(deployment.topology.sentinel, ledger, { everyMs: FAILOVER_EVERY_MS, endMs, quietMs: 8_000 }),
+          killWorkersRepeatedly(deployment.sidecars, ledger, { everyMs: KILL_EVERY_MS, endMs, quietMs: 5_000 }),
+        ]);
+        while (ledger.now() < endMs) await sleep(200);
+      } finally {
+        running = false;
+        await clients;
+      }
+      const rss = memoryGrowth(await memory, endMs);
+      for (const sidecar of deployment.sidecars) await untilReady(sidecar);
+      await checkEveryTokenAgain(traffic, ledger);
+      const probe = (await traffic.clientCredentials(deployment.application, 'issue for the metrics check'))!;
+      const counted = [];
+      for (const sidecar of deployment.sidecars) counted.push(await countedByMetrics(sidecar, probe));
 
-    const verdict = ledger.verdict();
-    const figures = {
-      seconds: SOAK_SECONDS,
-      failovers: ledger.failovers.map((each) => ({
-        atS: Math.round(each.startedMs / 100) / 10,
-        promotedAfterMs: Math.round(each.promotedMs - each.startedMs),
-        healthyAfterMs: Math.round(each.healthyMs - each.startedMs),
-      })),
-      kills: ledger.kills.map((each) => ({ atS: Math.round(each.killedMs / 100) / 10, sidecar: each.sidecar, replacedAfterMs: each.replacedAfterMs })),
-      answers: ledger.counts,
-      limitedAdmitted: ledger.limitedAdmitted,
-      quotaAdmitted: ledger.quotaAdmitted,
-      counted,
-      rss,
-      verdict,
-    };
-    if (LONG || process.env.SOAK_REPORT) process.stdout.write(`chaos soak: ${JSON.stringify(figures, null, 1)}\n`);
+      const verdict = ledger.verdict();
+      const figures = {
+        seconds: SOAK_SECONDS,
+        failovers: ledger.failovers.map((each) => ({
+          atS: Math.round(each.startedMs / 100) / 10,
+          promotedAfterMs: Math.round(each.promotedMs - each.startedMs),
+          healthyAfterMs: Math.round(each.healthyMs - each.startedMs),
+        })),
+        kills: ledger.kills.map((each) => ({ atS: Math.round(each.killedMs / 100) / 10, sidecar: each.sidecar, replacedAfterMs: each.replacedAfterMs })),
+        answers: ledger.counts,
+        limitedAdmitted: ledger.limitedAdmitted,
+        quotaAdmitted: ledger.quotaAdmitted,
+        counted,
+        rss,
+        verdict,
+      };
+      if (LONG || process.env.SOAK_REPORT) process.stdout.write(`chaos soak: ${JSON.stringify(figures, null, 1)}\n`);
 
-    expect(ledger.failovers.length).toBeGreaterThanOrEqual(Math.floor((endMs - 8_000 - FAILOVER_EVERY_MS / 2) / FAILOVER_EVERY_MS) + 1);
-    expect(ledger.kills.length).toBeGreaterThanOrEqual(Math.floor((endMs - 5_000 - KILL_EVERY_MS / 2) / KILL_EVERY_MS) + 1);
-    expect(ledger.kills.every((kill) => kill.replacedAfterMs !== null)).toBe(true);
-    expect(verdict.examples).toEqual({ unavailableOutsideWindows: [], cutsAwayFromKills: [], hung: [], validRefused: [], revokedAccepted: [], unexpected: [] });
-    expect(verdict).toMatchObject({ unknownAccepted: 0, codesHonouredTwice: 0, refreshTokensHonouredTwice: 0, proofsHonouredTwice: 0 });
-    expect(ledger.quotaAdmitted).toBeLessThanOrEqual(QUOTA);
-    // Only a burst per process beyond the policy: leases come from one budget in the store, and a
-    // process cut off from it admits its share of the policy.
-    expect(ledger.limitedAdmitted).toBeLessThanOrEqual(LIMITED_POLICY.requestsPerSecond * SOAK_SECONDS * 1.1 + LIMITED_POLICY.burst * 6);
-    // /metrics on each primary sums both its workers.
-    expect(counted).toEqual([COUNTED, COUNTED]);
-    // Every kind of request was made and answered.
-    for (const what of ['gateway valid first', 'gateway valid again', 'gateway revoked', 'gateway unknown', 'decision valid', 'decision revoked', 'revoke', 'sign-in', 'consent', 'code', 'code presented twice', 'refresh', 'refresh token replayed', 'issue DPoP-bound', 'gateway DPoP', 'gateway DPoP proof replayed', 'gateway limited', 'gateway quota'])
-      expect(ledger.counts[what]?.[200] ?? ledger.counts[what]?.[401] ?? ledger.counts[what]?.[303] ?? ledger.counts[what]?.[302] ?? ledger.counts[what]?.[400] ?? 0, what).toBeGreaterThan(0);
-    expect(ledger.counts['gateway limited']?.[429]).toBeGreaterThan(0);
-    expect(ledger.counts['gateway quota']?.[429]).toBeGreaterThan(0);
-    for (const { process, fromMb, toMb } of rss) expect(toMb, process).toBeLessThanOrEqual(fromMb * 1.25 + 16);
-  });
+      expect(ledger.failovers.length).toBeGreaterThanOrEqual(Math.floor((endMs - 8_000 - FAILOVER_EVERY_MS / 2) / FAILOVER_EVERY_MS) + 1);
+      expect(ledger.kills.length).toBeGreaterThanOrEqual(Math.floor((endMs - 5_000 - KILL_EVERY_MS / 2) / KILL_EVERY_MS) + 1);
+      expect(ledger.kills.every((kill) => kill.replacedAfterMs !== null)).toBe(true);
+      expect(verdict.examples).toEqual({
+        unavailableOutsideWindows: [],
+        cutsAwayFromKills: [],
+        hung: [],
+        validRefused: [],
+        revokedAccepted: [],
+        unexpected: [],
+      });
+      expect(verdict).toMatchObject({ unknownAccepted: 0, codesHonouredTwice: 0, refreshTokensHonouredTwice: 0, proofsHonouredTwice: 0 });
+      expect(ledger.quotaAdmitted).toBeLessThanOrEqual(QUOTA);
+      // Only a burst per process beyond the policy: leases come from one budget in the store, and a
+      // process cut off from it admits its share of the policy.
+      expect(ledger.limitedAdmitted).toBeLessThanOrEqual(LIMITED_POLICY.requestsPerSecond * SOAK_SECONDS * 1.1 + LIMITED_POLICY.burst * 6);
+      // /metrics on each primary sums both its workers.
+      expect(counted).toEqual([COUNTED, COUNTED]);
+      // Every kind of request was made and answered.
+      for (const what of [
+        'gateway valid first',
+        'gateway valid again',
+        'gateway revoked',
+        'gateway unknown',
+        'decision valid',
+        'decision revoked',
+        'revoke',
+        'sign-in',
+        'consent',
+        'code',
+        'code presented twice',
+        'refresh',
+        'refresh token replayed',
+        'issue DPoP-bound',
+        'gateway DPoP',
+        'gateway DPoP proof replayed',
+        'gateway limited',
+        'gateway quota',
+      ])
+        expect(
+          ledger.counts[what]?.[200] ??
+            ledger.counts[what]?.[401] ??
+            ledger.counts[what]?.[303] ??
+            ledger.counts[what]?.[302] ??
+            ledger.counts[what]?.[400] ??
+            0,
+          what,
+        ).toBeGreaterThan(0);
+      expect(ledger.counts['gateway limited']?.[429]).toBeGreaterThan(0);
+      expect(ledger.counts['gateway quota']?.[429]).toBeGreaterThan(0);
+      for (const { process, fromMb, toMb } of rss) expect(toMb, process).toBeLessThanOrEqual(fromMb * 1.25 + 16);
+    },
+  );
 });

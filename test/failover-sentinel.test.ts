@@ -81,15 +81,22 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     const store = await openTopologyStore(topology, prefix, { waitForReplicas: 1, commandTimeoutMs: 500 });
     const now = Date.now();
     const record = { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 600_000 };
-    const save = () => store.saveAccessToken(randomBytes(32).toString('hex'), record);
-    /** Failed writes from the promotion until the first one taken; the first one is sent when every sentinel names the new master. */
+    // Eight at once, as a sidecar's clients send them: they share one connection, where each
+    // replica wait that runs out holds up the ones behind it.
+    const save = () => Promise.all(Array.from({ length: 8 }, () => store.saveAccessToken(randomBytes(32).toString('hex'), record)));
+    /** How long after the promotion the first eight writes were all taken; the first are sent when every sentinel names the new master. */
     const failOverTo = async (successor: RedisNode) => {
       await sentinel.failOver();
       await sentinel.waitForMaster(successor);
       let failed = 0;
       const promoted = Date.now();
       let lastError: unknown;
-      while (!(await save().then(() => true, (error: unknown) => ((lastError = error), false)))) {
+      while (
+        !(await save().then(
+          () => true,
+          (error: unknown) => ((lastError = error), false),
+        ))
+      ) {
         failed += 1;
         if (Date.now() - promoted > 30_000) throw new Error(`no write taken in 30 s after the promotion: ${String(lastError)}`);
         await sleep(20);

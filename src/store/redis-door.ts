@@ -45,6 +45,12 @@ export class IoredisDoor implements RedisDoor {
     this.writer = options.waitForReplicas > 0 ? this.createClient() : this.redis;
     this.cluster = isCluster(this.redis);
     this.replicaCounts = options.waitForReplicas > 0 ? new ReplicaCounts(options.waitForReplicas, options.lostReplicaWaitMs ?? LOST_REPLICA_WAIT_MS) : null;
+    // A connection made again may reach a master that is not the one last asked at that address:
+    // a server promoted again (a failover back to it) has a new replication ID and no replica
+    // yet, where the one it had as master before would be waited for until the sentinels made
+    // it a replica again, failing every write meanwhile. So the next write asks first.
+    const counts = this.replicaCounts;
+    if (counts !== null && !isCluster(this.writer)) this.writer.on('ready', () => counts.forgetAddresses());
   }
 
   key(name: string): string {
@@ -252,10 +258,8 @@ export class IoredisDoor implements RedisDoor {
     if (importing !== undefined) results.shift();
     const [[writeError, value], [waitError, waited], [infoError, info]] = results as [[Error | null, T], [Error | null, number], [Error | null, string]];
     if (writeError !== null) throw writeError;
-    if (waitError !== null || infoError !== null) {
-      if (await this.promotedAlone(counts, master, importing === undefined ? key : null)) return value;
-      throw waitError ?? infoError;
-    }
+    if (waitError !== null) throw waitError;
+    if (infoError !== null) throw infoError;
     // The master that answered, whichever the client sent it to.
     const answered = importing ?? masterFor(this.writer, key);
     const needed = counts.observe(answered?.address ?? '', info);
@@ -263,24 +267,6 @@ export class IoredisDoor implements RedisDoor {
     if (acknowledged < needed && waited >= required && answered !== null) acknowledged = await answered.connection.wait(needed, timeout);
     if (acknowledged < needed) throw new Error(`the write was not confirmed by ${needed} replica(s) within ${timeout} ms`);
     return value;
-  }
-
-  /**
-   * Whether the master that took a write is, asked afresh, one promoted without a replica in
-   * sync: its writes go on at once. The replica wait sent with the write was for the replicas
-   * this address had when last asked, and a server promoted again (a failover back to it) had
-   * one as master before: the wait then runs out with the command timeout, and the answer that
-   * would tell (INFO replication, after it) with it. `key` names the write's master when it went
-   * through the client (null: sent to `master` itself), so a client that has moved to another
-   * master since is not taken for it.
-   */
-  private async promotedAlone(counts: ReplicaCounts, master: ClusterNode | null, key: string | undefined | null): Promise<boolean> {
-    if (master === null || (key !== null && masterFor(this.writer, key)?.address !== master.address)) return false;
-    try {
-      return counts.observe(master.address, await master.connection.info('replication')) === 0;
-    } catch {
-      return false;
-    }
   }
 
   /** The key a write acts on: the first, after the key count of a script that takes a variable number. */

@@ -22,7 +22,11 @@ async function until(ledger: SoakLedger, atMs: number, endMs: number): Promise<b
  * Each is timed: asked, promoted (every sentinel names the replica, which says it is master),
  * healthy again (the old master is its replica, in sync).
  */
-export async function failOverRepeatedly(sentinel: LocalRedisSentinel, ledger: SoakLedger, schedule: { everyMs: number; endMs: number; quietMs: number }): Promise<void> {
+export async function failOverRepeatedly(
+  sentinel: LocalRedisSentinel,
+  ledger: SoakLedger,
+  schedule: { everyMs: number; endMs: number; quietMs: number },
+): Promise<void> {
   for (let at = schedule.everyMs / 2; await until(ledger, at, schedule.endMs - schedule.quietMs); at += schedule.everyMs) {
     const master = await sentinel.currentMaster();
     const successor = sentinel.servers.find((server) => server !== master)!;
@@ -36,7 +40,11 @@ export async function failOverRepeatedly(sentinel: LocalRedisSentinel, ledger: S
 }
 
 /** Kills a live worker every `everyMs` (the first at half of it), taking the sidecars in turn, and times its replacement. */
-export async function killWorkersRepeatedly(sidecars: readonly SoakSidecar[], ledger: SoakLedger, schedule: { everyMs: number; endMs: number; quietMs: number }): Promise<void> {
+export async function killWorkersRepeatedly(
+  sidecars: readonly SoakSidecar[],
+  ledger: SoakLedger,
+  schedule: { everyMs: number; endMs: number; quietMs: number },
+): Promise<void> {
   let turn = 0;
   for (let at = schedule.everyMs / 2; await until(ledger, at, schedule.endMs - schedule.quietMs); at += schedule.everyMs) {
     const sidecar = sidecars[turn++ % sidecars.length]!;
@@ -63,7 +71,10 @@ export async function sampleMemory(sidecars: readonly SoakSidecar[], ledger: Soa
   const byPid = new Map<number, MemorySamples>();
   const sample = () => {
     for (const sidecar of sidecars) {
-      const processes: Array<[string, number]> = [[`${sidecar.name} primary`, sidecar.serve.child.pid!], ...liveWorkers(sidecar).map((pid): [string, number] => [`${sidecar.name} worker`, pid])];
+      const processes: Array<[string, number]> = [
+        [`${sidecar.name} primary`, sidecar.serve.child.pid!],
+        ...liveWorkers(sidecar).map((pid): [string, number] => [`${sidecar.name} worker`, pid]),
+      ];
       for (const [label, pid] of processes) {
         const bytes = residentBytes(pid);
         if (bytes === null) continue;

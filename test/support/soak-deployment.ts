@@ -50,7 +50,15 @@ export interface SoakDeployment {
   stop(): Promise<void>;
 }
 
-function sidecarConfig(options: { prefix: string; tagKey: string; sentinels: string[]; port: number; decisionsPort: number; upstream: string; quota: number }): string {
+function sidecarConfig(options: {
+  prefix: string;
+  tagKey: string;
+  sentinels: string[];
+  port: number;
+  decisionsPort: number;
+  upstream: string;
+  quota: number;
+}): string {
   const route = (path: string, extra = '') => `  - path: ${path}\n    token: any\n    scopes: [public]\n    upstream: ${options.upstream}\n${extra}`;
   return [
     `server:\n  host: 127.0.0.1\n  port: ${options.port}\n  workers: 2`,
@@ -70,7 +78,11 @@ function sidecarConfig(options: { prefix: string; tagKey: string; sentinels: str
   ].join('\n');
 }
 
-async function startSidecar(name: string, configs: TempConfigs, options: Omit<Parameters<typeof sidecarConfig>[0], 'port' | 'decisionsPort'>): Promise<SoakSidecar> {
+async function startSidecar(
+  name: string,
+  configs: TempConfigs,
+  options: Omit<Parameters<typeof sidecarConfig>[0], 'port' | 'decisionsPort'>,
+): Promise<SoakSidecar> {
   const [port, decisionsPort] = [await freePort(), await freePort()];
   const serve = await startServe(configs.write(sidecarConfig({ ...options, port, decisionsPort })), {
     SOAK_REDIS_PASSWORD: SENTINEL_DATA_PASSWORD,
@@ -98,7 +110,11 @@ export async function startSoakDeployment(quota: number): Promise<SoakDeployment
   };
   try {
     const store = await openTopologyStore(topology, prefix);
-    const [application, limitedApplication, quotaApplication] = [await registerApplication(store), await registerApplication(store), await registerApplication(store)];
+    const [application, limitedApplication, quotaApplication] = [
+      await registerApplication(store),
+      await registerApplication(store),
+      await registerApplication(store),
+    ];
     const user = { email: 'soak-user@example.com', password: 'soak horse battery staple' };
     await createUser(store, 'soak-user', user.email, user.password);
     await store.close();

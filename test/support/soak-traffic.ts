@@ -121,10 +121,19 @@ export class SoakTraffic {
     ]);
   }
 
-  private tokenRequest(sidecar: SoakSidecar, application: TestApplication, fields: Record<string, string>, headers: Record<string, string> = {}): Promise<Reply> {
+  private tokenRequest(
+    sidecar: SoakSidecar,
+    application: TestApplication,
+    fields: Record<string, string>,
+    headers: Record<string, string> = {},
+  ): Promise<Reply> {
     return send(`${sidecar.publicUrl}/oauth/token`, {
       method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: basicAuthorization(application.clientId, application.clientSecret!), ...headers },
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: basicAuthorization(application.clientId, application.clientSecret!),
+        ...headers,
+      },
       body: form(fields),
     });
   }
@@ -175,7 +184,14 @@ export class SoakTraffic {
     const reply = await send(`${this.sidecar().decisionsUrl}/auth-request`, {
       headers: { authorization: `Bearer ${token}`, 'x-original-method': 'GET', 'x-original-uri': ROUTES.me },
     });
-    this.ledger.record(`decision ${judged}`, reply.status, sentMs, judged === 'valid' ? [200] : [401], judged, this.tokens.judge(token, this.ledger.now()) === judged);
+    this.ledger.record(
+      `decision ${judged}`,
+      reply.status,
+      sentMs,
+      judged === 'valid' ? [200] : [401],
+      judged,
+      this.tokens.judge(token, this.ledger.now()) === judged,
+    );
   }
 
   private async revokeOne(): Promise<void> {
@@ -198,7 +214,13 @@ export class SoakTraffic {
   /** The authorization page, signing in when the browser has no session there, consent, approval: a code. */
   private async authorizationCode(browser: FormClient): Promise<string | null> {
     const { application, user } = this.deployment;
-    const path = authorizePath({ client_id: application.clientId, redirect_uri: application.redirectUri, response_type: 'code', state: 'soak', scope: 'public' });
+    const path = authorizePath({
+      client_id: application.clientId,
+      redirect_uri: application.redirectUri,
+      response_type: 'code',
+      state: 'soak',
+      scope: 'public',
+    });
     let sentMs = this.ledger.now();
     let page = await browser.get(path).catch(() => ({ status: CUT, text: '', location: null }));
     this.ledger.record('authorization page', page.status, sentMs, [200]);
@@ -235,7 +257,11 @@ export class SoakTraffic {
     const sentMs = this.ledger.now();
     const replies = await Promise.all(
       targets.map((target) =>
-        this.tokenRequest(target, this.deployment.application, { grant_type: 'authorization_code', code, redirect_uri: this.deployment.application.redirectUri }),
+        this.tokenRequest(target, this.deployment.application, {
+          grant_type: 'authorization_code',
+          code,
+          redirect_uri: this.deployment.application.redirectUri,
+        }),
       ),
     );
     for (const reply of replies) {
@@ -293,9 +319,14 @@ export class SoakTraffic {
       const { publicKey, privateKey } = await generateKeyPair('ES256');
       const keys = { privateKey, jwk: await exportJWK(publicKey) };
       const sentMs = this.ledger.now();
-      const reply = await this.tokenRequest(sidecar, this.deployment.application, { grant_type: 'client_credentials', scope: 'public' }, {
-        dpop: await this.proof(keys, 'POST', `${sidecar.publicUrl}/oauth/token`),
-      });
+      const reply = await this.tokenRequest(
+        sidecar,
+        this.deployment.application,
+        { grant_type: 'client_credentials', scope: 'public' },
+        {
+          dpop: await this.proof(keys, 'POST', `${sidecar.publicUrl}/oauth/token`),
+        },
+      );
       this.ledger.record('issue DPoP-bound', reply.status, sentMs, [200]);
       if (reply.status === 200) this.dpopTokens.push({ token: (JSON.parse(reply.body) as { access_token: string }).access_token, keys });
       if (this.dpopTokens.length > 50) this.dpopTokens.shift();
