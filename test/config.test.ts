@@ -41,6 +41,18 @@ describe('config loading', () => {
     ]);
   });
 
+  it('bounds what would crash at start or misfire: a cache of a billion entries, a timeout past what a timer holds', () => {
+    expect(problemsOf('cache:\n  maxEntries: 1000000000\n')).toEqual([
+      { path: 'cache.maxEntries', line: 2, message: expect.stringContaining('from 1 to 10000000') },
+    ]);
+    expect(problemsOf('cache:\n  negativeMaxEntries: 1000000000\n')).toContainEqual(expect.objectContaining({ path: 'cache.negativeMaxEntries' }));
+    expect(problemsOf('dpop:\n  replayCacheEntries: 1000000000\n')).toContainEqual(expect.objectContaining({ path: 'dpop.replayCacheEntries' }));
+    expect(problemsOf('store:\n  commandTimeoutMs: 2147483648\n')).toEqual([
+      { path: 'store.commandTimeoutMs', line: 2, message: expect.stringContaining('to 2147483647') },
+    ]);
+    expect(() => parseConfig('store:\n  commandTimeoutMs: 2147483647\ncache:\n  maxEntries: 10000000\n', 'test.yaml', {})).not.toThrow();
+  });
+
   it('accepts the shipped configs', () => {
     for (const file of ['config/tokengate.yaml', 'config/tokengate.redis.yaml']) {
       const config = loadConfigFile(file, {});

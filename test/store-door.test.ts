@@ -83,4 +83,24 @@ describe('the door to a Redis Cluster while a slot migrates', () => {
     expect(await door.read('get', moved)).toBe('after');
     expect(await door.read('get', scripted)).toBe('3');
   });
+
+  it(
+    'sends again each read of a batch that met MOVED, though the batch no longer fits one master (ioredis refuses to send it again: it was a 503)',
+    { timeout: 60_000 },
+    async () => {
+      const moving = door.key('door:batch-moving');
+      const source = await topology.cluster.masterOfSlot(slotOf(moving));
+      // A key of another slot that the same master serves: ioredis sends both reads in one batch.
+      let staying = '';
+      for (let suffix = 0; staying === ''; suffix += 1) {
+        const candidate = door.key(`door:batch-staying:${suffix}`);
+        if (slotOf(candidate) !== slotOf(moving) && (await topology.cluster.masterOfSlot(slotOf(candidate))).port === source.port) staying = candidate;
+      }
+      await door.write('set', moving, 'moving');
+      await door.write('set', staying, 'staying');
+      // The slot moves behind the client's back: it still believes the old master serves it.
+      await (await migrating(slotOf(moving), [moving])).finish();
+      expect(await Promise.all([door.read('get', moving), door.read('get', staying)])).toEqual(['moving', 'staying']);
+    },
+  );
 });

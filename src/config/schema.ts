@@ -9,7 +9,12 @@ const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, desc
   Type.Object(properties, { additionalProperties: false, default: {}, ...(description ? { description } : {}) });
 
 const Seconds = (defaultValue: number, description: string, minimum = 0) => Type.Integer({ minimum, default: defaultValue, description });
-const Milliseconds = (defaultValue: number, description: string, minimum = 1) => Type.Integer({ minimum, default: defaultValue, description });
+/** Node's timers hold a signed 32-bit delay: a longer one fires at once instead (with a warning). */
+const LONGEST_TIMER_MS = 2_147_483_647;
+const Milliseconds = (defaultValue: number, description: string, minimum = 1) =>
+  Type.Integer({ minimum, maximum: LONGEST_TIMER_MS, default: defaultValue, description });
+/** lru-cache allocates its index arrays for the whole capacity at start: a billion entries is an out-of-memory crash, not a cache. */
+const MOST_CACHE_ENTRIES = 10_000_000;
 const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
   Type.Union(
     values.map((value) => Type.Literal(value)),
@@ -188,7 +193,12 @@ export const IssuerSchema = closed({
 
 export const CacheSchema = closed({
   enabled: Type.Boolean({ default: true, description: 'Keep verified tokens in an in-process LRU cache in front of the store.' }),
-  maxEntries: Type.Integer({ minimum: 1, default: 100_000, description: 'Most valid tokens kept in the cache; the least recently used goes first.' }),
+  maxEntries: Type.Integer({
+    minimum: 1,
+    maximum: MOST_CACHE_ENTRIES,
+    default: 100_000,
+    description: 'Most valid tokens kept in the cache; the least recently used goes first.',
+  }),
   ttlSeconds: Seconds(60, 'Longest time a token stays cached (never beyond its own expiry). 0: valid tokens are not cached.'),
   negativeTtlSeconds: Seconds(
     5,
@@ -196,6 +206,7 @@ export const CacheSchema = closed({
   ),
   negativeMaxEntries: Type.Integer({
     minimum: 1,
+    maximum: MOST_CACHE_ENTRIES,
     default: 10_000,
     description: 'Most unknown tokens remembered, apart from the valid ones: a flood of unknown tokens never evicts a valid one.',
   }),
@@ -250,6 +261,7 @@ export const DpopSchema = closed({
   nonceLifetimeSeconds: Seconds(300, 'How long a `DPoP-Nonce` the token endpoint hands out stays accepted (between this and twice this).', 10),
   replayCacheEntries: Type.Integer({
     minimum: 0,
+    maximum: MOST_CACHE_ENTRIES,
     default: 10_000,
     description:
       'Proof `jti`s each process remembers itself, to refuse a replay it saw without asking the store. 0: every proof asks the store. The store is asked about every proof seen the first time either way.',

@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { Argument, ChannelHandlers, RedisDoor, ScriptDefinition } from './backend.js';
 import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
@@ -315,34 +316,67 @@ export class IoredisDoor implements RedisDoor {
 
   /**
    * Every failure to reach Redis becomes StoreUnavailableError: callers answer 503, never 401.
-   * On a Cluster, ioredis hands a redirection back rather than follow it when the command was
-   * sent in a batch with others (an auto-pipelined batch, a write followed by WAIT) and not
-   * every command of the batch met it. Either way the command was not executed, so:
-   * - MOVED (the slot has a new owner; or the old master, a replica now, refused a write): sent
-   *   once more after the client that sent it has read the slot map again;
+   * On a Cluster, some answers say the command was not executed where it was sent, and it is
+   * sent again (at most REDIRECTIONS_FOLLOWED times):
+   * - MOVED (the slot has a new owner; or the old master, a replica now, refused a write): ioredis
+   *   hands it back rather than follow it when the command went in a batch with others (an
+   *   auto-pipelined batch, a write followed by WAIT) and not every command of the batch met it;
+   *   sent again after the client has read the slot map again;
+   * - a batch of reads that met MOVED, which ioredis re-sends whole and then refuses because its
+   *   keys no longer share a master: each read is sent again on its own;
    * - ASK (the slot is migrating and the key already moved): sent to the importing master with
-   *   ASKING before it (`asked`), with a confirmed write's replica wait on that master.
+   *   ASKING before it (`asked`), with a confirmed write's replica wait on that master;
+   * - the client is reconnecting (it refuses commands rather than queue them): sent again once it
+   *   is ready, within the command timeout.
    */
   private async run<T>(command: () => Promise<T>, asked: (importing: ClusterNode) => Promise<T>, redis: RedisClient = this.redis): Promise<T> {
-    try {
-      return await command();
-    } catch (error) {
-      const message = (error as Error).message ?? '';
-      if (!isCluster(redis)) throw unavailable(error);
+    let attempt = command;
+    for (let redirections = 0; ; redirections += 1) {
       try {
-        if (message.startsWith('MOVED ')) {
-          await new Promise<void>((resolve) => redis.refreshSlotsCache(() => resolve()));
-          return await command();
-        }
-        const importing = message.startsWith('ASK ') ? this.importingMaster(redis, message) : null;
-        if (importing !== null) return await asked(importing);
-      } catch (again) {
-        throw unavailable(again);
+        return await attempt();
+      } catch (error) {
+        const next = isCluster(redis) && redirections < REDIRECTIONS_FOLLOWED ? await this.sentAgain(redis, error, command, asked) : null;
+        if (next === null) throw unavailable(error);
+        attempt = next;
       }
-      throw unavailable(error);
     }
   }
+
+  /** How to send again a command the Cluster did not execute where it was sent (see run), or null when the error says nothing of the kind. */
+  private async sentAgain<T>(
+    cluster: Cluster,
+    error: unknown,
+    command: () => Promise<T>,
+    asked: (importing: ClusterNode) => Promise<T>,
+  ): Promise<(() => Promise<T>) | null> {
+    const message = (error as Error).message ?? '';
+    if (message.startsWith('ASK ')) {
+      const importing = this.importingMaster(cluster, message);
+      return importing === null ? null : () => asked(importing);
+    }
+    if (message.startsWith('MOVED ') || message === BATCH_ACROSS_MASTERS) {
+      await new Promise<void>((resolve) => cluster.refreshSlotsCache(() => resolve()));
+      return command;
+    }
+    if (message.startsWith(CLIENT_NOT_READY) && (await this.untilReady(cluster))) return command;
+    return null;
+  }
+
+  private async untilReady(cluster: Cluster): Promise<boolean> {
+    if (cluster.status === 'ready') return true;
+    return once(cluster, 'ready', { signal: AbortSignal.timeout(this.options.commandTimeoutMs) }).then(
+      () => true,
+      () => false,
+    );
+  }
 }
+
+/** Redirections a command follows before its caller is told the store is unavailable. */
+const REDIRECTIONS_FOLLOWED = 3;
+/** ioredis's refusal to re-send a batch whose keys a new slot map spreads over several masters. */
+const BATCH_ACROSS_MASTERS = 'All keys in the pipeline should belong to the same slots allocation group';
+/** ioredis's refusal of a command while the Cluster client reconnects (the door keeps no offline queue). */
+const CLIENT_NOT_READY = "Cluster isn't ready";
 
 /** A master of a Cluster, by the address the client reaches it at, and the client's connection to it. */
 interface ClusterNode {
