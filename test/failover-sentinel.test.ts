@@ -122,6 +122,40 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     }
   });
 
+  it('connects again when a failover is announced while it is asking the sentinels where the master is', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-asking');
+    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 500 });
+    const victim = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== victim)!;
+    // The sentinel the store asks first (the first listed) answers nothing for now: every new
+    // connection is stuck asking it while the other two fail the master over and announce it.
+    const asked = sentinel.sentinels[0]!;
+    asked.pause();
+    try {
+      await victim.kill();
+      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+      // The announcement has reached the store's failover detector on the other two sentinels.
+      await sleep(1_000);
+    } finally {
+      asked.resume();
+    }
+    try {
+      const answering = () =>
+        store.ping().then(
+          () => true,
+          () => false,
+        );
+      await eventually(answering, 15_000);
+    } finally {
+      await store.close();
+      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+      await sentinel.waitUntilHealthy(successor);
+      await deleteTopologyPrefix(topology, prefix);
+    }
+  });
+
   it('acknowledges no write its replica has not confirmed: one acknowledged by the master alone is lost with it', { timeout: 60_000 }, async () => {
     const { sentinel } = topology;
     await sentinel.waitUntilHealthy();

@@ -3,7 +3,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { Argument, ChannelHandlers, RedisDoor, ScriptDefinition } from './backend.js';
 import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
 import { ReplicaCounts, masterFor } from './redis-replicas.js';
-import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
+import { clusterNodeOptions, connectAgainWhenEnded, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
 import { StoreUnavailableError } from './store.js';
 
 /** A command by name, as the door sends them (the defined scripts included). */
@@ -40,6 +40,7 @@ export class IoredisDoor implements RedisDoor {
   private readonly scripts = new Map<string, ScriptDefinition>();
   private readonly feeds = new Set<FeedConnection>();
   private lastError: Error | null = null;
+  private closing = false;
 
   constructor(private readonly options: RedisDoorOptions) {
     this.redis = this.createClient();
@@ -159,6 +160,7 @@ export class IoredisDoor implements RedisDoor {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     // Forgotten first, so their closing is not reported to their owners as an interruption.
     for (const feed of this.feeds) feed.close();
     this.feeds.clear();
@@ -193,6 +195,8 @@ export class IoredisDoor implements RedisDoor {
     if (isCluster(client)) {
       client.on('node error', (error: Error) => (this.lastError = error));
       client.on('-node', () => client.refreshSlotsCache());
+    } else {
+      connectAgainWhenEnded(client, () => this.closing);
     }
     // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
     // door on one server or Sentinel is usable as soon as it is built. From then on a command

@@ -128,6 +128,23 @@ export function createRedisClient(connection: RedisConnection, options: RedisOpt
   }
 }
 
+/** How long a connection ioredis ended by itself waits before it is made again. */
+const CONNECT_AGAIN_AFTER_MS = 200;
+
+/**
+ * Makes `client` (one server or Sentinel) connect again whenever it ends while `closed()` is
+ * false. ioredis gives a Sentinel connection up for good ('end') when a failover is announced
+ * while it is asking the sentinels where the master is (the announcement stops the connecting
+ * in progress), and nothing but closing the store may end its connections.
+ */
+export function connectAgainWhenEnded(client: Redis, closed: () => boolean): void {
+  client.on('end', () => {
+    setTimeout(() => {
+      if (!closed() && client.status === 'end') client.connect().catch(() => {});
+    }, CONNECT_AGAIN_AFTER_MS);
+  });
+}
+
 /** Node options for a connection of our own to one cluster node (the revocation feed's). */
 export function clusterNodeOptions(connection: RedisConnection): RedisOptions {
   const tls = tlsOptions(connection);
