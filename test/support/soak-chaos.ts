@@ -1,3 +1,4 @@
+import { waitFor } from './redis-cluster.js';
 import type { LocalRedisSentinel } from './redis-sentinel.js';
 import { liveWorkers, residentBytes, type SoakSidecar } from './soak-deployment.js';
 import type { SoakLedger } from './soak-ledger.js';
@@ -20,7 +21,8 @@ async function until(ledger: SoakLedger, atMs: number, endMs: number): Promise<b
 /**
  * A failover every `everyMs`, the first at half of it, none in the last `quietMs` of `endMs`.
  * Each is timed: asked, promoted (every sentinel names the replica, which says it is master),
- * healthy again (the old master is its replica, in sync).
+ * the old master in sync as its replica (the promoted master says `state=online`), healthy
+ * again (the sentinels agree).
  */
 export async function failOverRepeatedly(
   sentinel: LocalRedisSentinel,
@@ -34,8 +36,15 @@ export async function failOverRepeatedly(
     await sentinel.failOver();
     await sentinel.waitForMaster(successor);
     const promotedMs = ledger.now();
+    // The old master, turned into its replica by the sentinels, synced and reported in sync.
+    await waitFor(
+      'the old master to be in sync as a replica',
+      async () => /^slave\d+:.*state=online/m.test(String(await successor.command('INFO', 'replication'))),
+      60_000,
+    );
+    const replicaInSyncMs = ledger.now();
     await sentinel.waitUntilHealthy(successor, 60_000);
-    ledger.failovers.push({ startedMs, promotedMs, healthyMs: ledger.now() });
+    ledger.failovers.push({ startedMs, promotedMs, replicaInSyncMs, healthyMs: ledger.now() });
   }
 }
 

@@ -20,8 +20,30 @@ export const REVOCATION_SETTLE_MS = 200;
  * until the client has asked the sentinels again, 1 to 2 s).
  */
 export const AFTER_PROMOTION_MS = 2_000;
+/**
+ * How long after a replica reports in sync a write may still fail (docs/store.md, "Redis
+ * settings that decide what a failover costs": after a sync over the socket the replica's next
+ * acknowledgement can take a second, and a write waiting for it fails at store.commandTimeoutMs).
+ */
+export const AFTER_REPLICA_IN_SYNC_MS = 1_000;
 /** A request cut by a worker's death was in flight when it died, or sent this soon after on a connection the client had not yet seen close. */
 export const CUT_AFTER_KILL_MS = 1_000;
+
+/** The kinds of request that write to the store (a DPoP proof's replay mark included). */
+const WRITES = new Set([
+  'issue client_credentials',
+  'issue DPoP-bound',
+  'revoke',
+  'authorization page',
+  'sign-in',
+  'consent',
+  'code',
+  'code presented twice',
+  'refresh',
+  'refresh token replayed',
+  'gateway DPoP',
+  'gateway DPoP proof replayed',
+]);
 
 export const CUT = 0;
 export const HUNG = -1;
@@ -29,6 +51,8 @@ export const HUNG = -1;
 export interface Failover {
   startedMs: number;
   promotedMs: number;
+  /** When the old master was seen in sync as the new one's replica (polled every 50 ms). */
+  replicaInSyncMs: number;
   healthyMs: number;
 }
 
@@ -94,8 +118,14 @@ export class SoakLedger {
     this.uses[kind].set(credential, (this.uses[kind].get(credential) ?? 0) + 1);
   }
 
+  /** No master (reads and writes), or a replica just back in sync (writes only). */
   private inFailoverWindow(event: Event): boolean {
-    return this.failovers.some((failover) => event.answeredMs >= failover.startedMs && event.sentMs <= failover.promotedMs + AFTER_PROMOTION_MS);
+    const within = (from: number, to: number) => event.answeredMs >= from && event.sentMs <= to;
+    return this.failovers.some(
+      (failover) =>
+        within(failover.startedMs, failover.promotedMs + AFTER_PROMOTION_MS) ||
+        (WRITES.has(event.what) && within(failover.replicaInSyncMs - 50, failover.replicaInSyncMs + AFTER_REPLICA_IN_SYNC_MS)),
+    );
   }
 
   private nearKill(event: Event): boolean {
@@ -105,6 +135,11 @@ export class SoakLedger {
   verdict(): SoakVerdict {
     const usedTwice = (uses: Map<string, number>) => [...uses.values()].filter((count) => count > 1).length;
     const outsideWindows = this.unavailable.filter((event) => !this.inFailoverWindow(event));
+    const writesOutsideWindows = outsideWindows.filter((event) => WRITES.has(event.what));
+    const readsOutsideWindows = outsideWindows.filter((event) => !WRITES.has(event.what));
+    const writes = Object.entries(this.counts)
+      .filter(([what]) => WRITES.has(what))
+      .reduce((sum, [, table]) => sum + Object.values(table).reduce((a, b) => a + b, 0), 0);
     const lastUnavailableAfterPromotion = Math.max(
       0,
       ...this.unavailable.map((event) => {
@@ -115,7 +150,9 @@ export class SoakLedger {
     return {
       requests: Object.values(this.counts).reduce((sum, table) => sum + Object.values(table).reduce((a, b) => a + b, 0), 0),
       unavailable: this.unavailable.length,
-      unavailableOutsideWindows: outsideWindows.length,
+      writes,
+      readsUnavailableOutsideWindows: readsOutsideWindows.length,
+      writesUnavailableOutsideWindows: writesOutsideWindows.length,
       unavailableOutsideWindowsByKind: byKind(outsideWindows),
       lastUnavailableAfterPromotionMs: lastUnavailableAfterPromotion,
       cuts: this.cut.length,
@@ -129,7 +166,8 @@ export class SoakLedger {
       proofsHonouredTwice: usedTwice(this.uses.proofs),
       unexpected: this.unexpected.length,
       examples: {
-        unavailableOutsideWindows: outsideWindows.slice(0, EXAMPLES),
+        readsUnavailableOutsideWindows: readsOutsideWindows.slice(0, EXAMPLES),
+        writesUnavailableOutsideWindows: writesOutsideWindows.slice(0, EXAMPLES),
         cutsAwayFromKills: this.cut.filter((event) => !this.nearKill(event)).slice(0, EXAMPLES),
         hung: this.hung.slice(0, EXAMPLES),
         validRefused: this.validRefused.slice(0, EXAMPLES),
@@ -143,7 +181,14 @@ export class SoakLedger {
 export interface SoakVerdict {
   requests: number;
   unavailable: number;
-  unavailableOutsideWindows: number;
+  writes: number;
+  /** Token checks (gateway, decision listener, metered routes) answered 503 outside a failover's window: valid tokens refused. */
+  readsUnavailableOutsideWindows: number;
+  /**
+   * Writes answered 503 outside a failover's window. A replica that confirms late fails writes
+   * (docs/store.md, "A replica lags"), which a loaded machine brings about now and then.
+   */
+  writesUnavailableOutsideWindows: number;
   unavailableOutsideWindowsByKind: Record<string, number>;
   /** The latest a 503'd request was sent after its failover's promotion, in ms. */
   lastUnavailableAfterPromotionMs: number;

@@ -118,6 +118,7 @@ export class SoakTraffic {
       this.loop(20, () => this.dpopClient()),
       this.loop(60, () => this.metered(ROUTES.limited, this.deployment.limitedApplication, 'limited')),
       this.loop(150, () => this.metered(ROUTES.quota, this.deployment.quotaApplication, 'quota')),
+      this.loop(1_000, () => this.scrape()),
     ]);
   }
 
@@ -343,9 +344,17 @@ export class SoakTraffic {
     if (Math.random() < 0.2) {
       sentMs = this.ledger.now();
       const replay = await send(url, { headers });
-      this.ledger.record('gateway DPoP proof replayed', replay.status, sentMs, [401]);
+      // A proof refused the first time (503: its replay mark could not be written) was not used.
+      this.ledger.record('gateway DPoP proof replayed', replay.status, sentMs, reply.status === 200 ? [401] : [200, 401]);
       if (replay.status === 200) this.ledger.use('proofs', proof);
     }
+  }
+
+  /** A Prometheus scrape of a primary, which asks each of its workers (one may have just died). */
+  private async scrape(): Promise<void> {
+    const sentMs = this.ledger.now();
+    const reply = await send(`${this.sidecar().opsUrl}/metrics`);
+    this.ledger.record('metrics scrape', reply.status, sentMs, [200]);
   }
 
   private readonly meteredTokens = new Map<string, string>();
