@@ -83,27 +83,29 @@ function answered(ledger: SoakLedger, what: string): number {
   return table.reduce((sum, [, count]) => sum + count, 0);
 }
 
-/** A process's age at which its memory counts as warmed up (code compiled, caches and pools filled). */
-const WARM_AFTER_MS = 30_000;
-
 /**
- * Resident memory of every process in MB: first, once warm, and last. `flat` says whether the
- * last is within 25% + 16 MB of the warm one, for a process that lived WARM_AFTER_MS past that.
+ * Memory is judged from a process's age WARM (code compiled, caches and pools filled) to its
+ * last sample, for a process that lived JUDGED past that age: flat when it grew by at most
+ * `factor` plus `slackMb`. The short run allows more: its processes are young, and a heap
+ * still grows before it is collected in earnest; the long run is the one that shows a leak.
  */
+const MEMORY = LONG ? { warmMs: 60_000, judgedMs: 120_000, factor: 1.25, slackMb: 16 } : { warmMs: 30_000, judgedMs: 30_000, factor: 1.5, slackMb: 32 };
+
+/** Resident memory of every process in MB: first, once warm, and last, and whether it stayed flat (null: not judged). */
 function memoryOf(samples: MemorySamples[]) {
   const mb = (bytes: number) => Math.round(bytes / 104_857.6) / 10;
   return samples.map(({ label, pid, samples: taken }) => {
     const [bornMs, first] = taken[0]!;
     const [lastMs, last] = taken.at(-1)!;
-    const warm = taken.find(([at]) => at >= bornMs + WARM_AFTER_MS);
-    const judged = warm !== undefined && lastMs - warm[0] >= WARM_AFTER_MS;
+    const warm = taken.find(([at]) => at >= bornMs + MEMORY.warmMs);
+    const judged = warm !== undefined && lastMs - warm[0] >= MEMORY.judgedMs;
     return {
       process: `${label} ${pid}`,
       livedS: Math.round((lastMs - bornMs) / 1_000),
       firstMb: mb(first),
       warmMb: warm === undefined ? null : mb(warm[1]),
       lastMb: mb(last),
-      flat: judged ? last <= warm[1] * 1.25 + 16 * 1_048_576 : null,
+      flat: judged ? last <= warm[1] * MEMORY.factor + MEMORY.slackMb * 1_048_576 : null,
     };
   });
 }
