@@ -126,7 +126,9 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     const { sentinel } = topology;
     await sentinel.waitUntilHealthy();
     const prefix = uniquePrefix('failover-sentinel-asking');
-    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 500 });
+    // A command timeout (the sentinels' too) longer than the whole failover: the store is still
+    // asking the frozen sentinel when the others announce it.
+    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 20_000 });
     const victim = await sentinel.currentMaster();
     const successor = sentinel.servers.find((server) => server !== victim)!;
     // The sentinel the store asks first (the first listed) answers nothing for now: every new
@@ -149,6 +151,33 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
         );
       await eventually(answering, 15_000);
     } finally {
+      await store.close();
+      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+      await sentinel.waitUntilHealthy(successor);
+      await deleteTopologyPrefix(topology, prefix);
+    }
+  });
+
+  it('finds the new master through the other sentinels while the one it asks first stays frozen', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-frozen');
+    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 500 });
+    const victim = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== victim)!;
+    const frozen = sentinel.sentinels[0]!;
+    frozen.pause();
+    try {
+      await victim.kill();
+      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+      const answering = () =>
+        store.ping().then(
+          () => true,
+          () => false,
+        );
+      await eventually(answering, 15_000);
+    } finally {
+      frozen.resume();
       await store.close();
       await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
       await sentinel.waitUntilHealthy(successor);

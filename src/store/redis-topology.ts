@@ -113,6 +113,10 @@ export function createRedisClient(connection: RedisConnection, options: RedisOpt
         sentinels: topology.sentinels.map(hostAndPort),
         name: topology.masterName,
         sentinelPassword: topology.sentinelPassword || undefined,
+        // A sentinel that accepts connections but answers nothing (frozen, or behind a network
+        // that drops its replies) would hold up every connection for as long: the next one is
+        // asked instead.
+        sentinelCommandTimeout: options.commandTimeout,
         // A failover announced by the sentinels moves every connection to the new master at
         // once, even when the old one is still reachable (a partition, a manual failover).
         failoverDetector: true,
