@@ -67,7 +67,10 @@ function sidecarConfig(options: {
     'logging:\n  level: info\n  requests: errors',
     `store:\n  driver: redis\n  keyPrefix: "${options.prefix}"\n  password: \${SOAK_REDIS_PASSWORD}\n  sentinel:\n    sentinels: [${options.sentinels.map((each) => `"${each}"`).join(', ')}]\n    masterName: tokengate-test\n    password: \${SOAK_SENTINEL_PASSWORD}`,
     `issuer:\n  issuerUrl: http://127.0.0.1:${options.port}\n  tokenTagKey: ${options.tagKey}\n  loginThrottle:\n    maxAttemptsPerAccount: 100000\n    maxAttemptsPerAddress: 100000`,
-    'dpop:\n  tokenEndpointNonce: false',
+    // Caches small enough to reach their bounds while the processes warm up: memory that grows
+    // after that is not a cache filling up.
+    'cache:\n  maxEntries: 2000\n  negativeMaxEntries: 1000',
+    'dpop:\n  tokenEndpointNonce: false\n  replayCacheEntries: 1000',
     `rateLimits:\n  limited:\n    requestsPerSecond: ${LIMITED_POLICY.requestsPerSecond}\n    burst: ${LIMITED_POLICY.burst}\n  quota:\n    requestsPerSecond: 50\n    burst: 10\n    requestsPerDay: ${options.quota}`,
     'routes:',
     route(ROUTES.me),
