@@ -43,7 +43,7 @@ const table = compileRouteTable(
 );
 const token = context.minter.mint();
 const now = Date.now();
-await store.saveAccessToken(tokenDigest(token), {
+await store.tokens.saveAccessToken(tokenDigest(token), {
   kind: 'user',
   clientId: 'bench',
   userId: 'u',

@@ -27,11 +27,16 @@ import {
   rateLimitCommands,
   rateLimitOff,
   rateLimitOver,
+  rateLimitOverCommands,
   rateLimitUnder,
   nginxLru,
   nginxRedis,
   revocation,
   soak,
+  tracingAll,
+  tracingOff,
+  tracingTenth,
+  tracingUnsampled,
   unknownTokenFlood,
   workersNginxLru,
   workersNginxRedis,
@@ -58,6 +63,8 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
   rowsInTurns('rate-limit-commands', [rateLimitCommands]),
+  rowsInTurns('rate-limit-over-commands', [rateLimitOverCommands]),
+  rowsInTurns('tracing', [tracingOff, tracingUnsampled, tracingTenth, tracingAll]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -90,6 +97,7 @@ async function main(): Promise<number> {
     forgedStoreCalls: null,
     dpopStoreCommands: null,
     rateLimitCommandsPer1k: null,
+    rateLimitOver: null,
     notes: [],
     failures: [],
   };

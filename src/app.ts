@@ -18,12 +18,13 @@ import { createLogger, fastifyLogger } from './observability/logger.js';
 import { createMetrics } from './observability/metrics.js';
 import { nextRequestId } from './observability/request-id.js';
 import { observeRequests, RequestLog, RouteRequests, UNROUTED } from './observability/requests.js';
-import { cached, type CachedStore } from './store/cached.js';
+import { cached, type CachedTokens } from './store/cached.js';
 import { registerResourceMetadata } from './resource/metadata-endpoint.js';
 import { leasesFor } from './ratelimit/leases.js';
 import { RateLimiter } from './ratelimit/limiter.js';
 import { openStore } from './store/open-store.js';
-import type { Store } from './store/store.js';
+import { startTracing } from './tracing/index.js';
+import { withTokens, type Store } from './store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from './token/token-value.js';
 
 export interface BuildOptions {
@@ -69,7 +70,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const log = options.logger ?? createLogger(config.logging.level);
   const store = options.store ?? (await openStore(config.store, log));
   const ownsStore = options.store === undefined;
-  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.getOrCreateSecret('token-tag-key', generateTagKey());
+  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.secrets.getOrCreate('token-tag-key', generateTagKey());
   const serves = options.serves ?? 'both';
   const servesPublic = serves !== 'ops';
   const servesOps = serves !== 'public';
@@ -77,16 +78,21 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
   metrics.storeUp.set(1);
   // Only the public listener verifies tokens at speed; a primary's admin API reads the store.
-  const cacheOf = (settings: CacheConfig): CachedStore | null => (settings.enabled && servesPublic ? cached(store, settings, metrics) : null);
+  const cacheOf = (settings: CacheConfig): CachedTokens | null => (settings.enabled && servesPublic ? cached(store.tokens, settings, metrics) : null);
+  const readThrough = (tokenCache: CachedTokens | null): Store => (tokenCache === null ? store : withTokens(store, tokenCache));
   const cache = cacheOf(config.cache);
   const tagKeyBytes = decodeTagKey(tagKey);
   // Loaded only when on: a deployment without it never holds its code.
   const clientMetadata = config.clientMetadataDocuments.enabled
     ? (await import('./client-metadata/index.js')).createClientMetadata(config.clientMetadataDocuments, config.issuer, store.backend, metrics, log)
     : null;
+  // Every process that serves requests exports its own spans (each worker of server.workers).
+  const tracing = servesPublic
+    ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log)
+    : null;
   const context: TokengateContext = {
     config,
-    store: cache ?? store,
+    store: readThrough(cache),
     cache,
     minter: createTokenMinter(tagKeyBytes),
     dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
@@ -95,12 +101,14 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
     clientMetadata,
     requestLog: new RequestLog(config.logging.requests),
+    tracing,
   };
   // Caches replaced by a reload, stopping (close() waits for them).
   const stoppingCaches: Array<Promise<void>> = [];
   let hash = configHash(config);
   metrics.configInfo.set({ hash }, 1);
   for (const result of ['success', 'failure']) metrics.configReloads.inc({ result }, 0);
+  for (const reason of ['queue_full', 'export_failed'] as const) metrics.traceSpansDropped.inc({ reason }, 0);
   metrics.configLastReloadSuccessful.set(1);
 
   const publicLimits = createListenerGuard(
@@ -138,6 +146,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     logController: new LogController({ disableRequestLogging: true }),
     ...opsLimits.serverOptions(),
   });
+  // Each request's trace is a field of fastify's request, there from its start.
+  if (tracing !== null) app.decorateRequest('trace', null);
   publicLimits.attach(app);
   opsLimits.attach(ops);
   for (const [server, listener] of [
@@ -170,7 +180,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     // Loaded only here: a gateway-only sidecar (issuer.enabled: false) never holds the issuer's code.
     const [{ registerAuthorization }, { registerIssuer }] = await Promise.all([import('./issuer/authorize/index.js'), import('./issuer/index.js')]);
     await app.register(async function observedIssuer(scope) {
-      observeRequests(scope, 'public', metrics, context.requestLog);
+      observeRequests(scope, 'public', metrics, context.requestLog, tracing);
       await registerAuthorization(scope, context);
       await registerIssuer(scope, context);
     });
@@ -203,7 +213,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheOf(effective.cache);
-      context.store = context.cache ?? store;
+      context.store = readThrough(context.cache);
       if (previous !== null) stoppingCaches.push(previous.stop());
     }
     if (effective.logging.level !== running.logging.level) {
@@ -254,7 +264,9 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
       } finally {
         clearInterval(idleSweep);
       }
-      context.rateLimiter.close();
+      await context.rateLimiter.close();
+      // The spans of the last requests go out before the process ends (within the export timeout).
+      await tracing?.shutdown();
       await clientMetadata?.close();
       await context.cache?.stop();
       await Promise.all(stoppingCaches);
@@ -280,7 +292,7 @@ function loadForReload(load: () => Readonly<Config>, running: Readonly<Config>):
 /** An application's rate limit tier: a registered one's own, or a metadata document client's from its entry of the list. */
 async function applicationTier(context: TokengateContext, clientId: string): Promise<string | null> {
   if (context.clientMetadata !== null && isMetadataClientId(clientId)) return context.clientMetadata.tier(clientId);
-  return (await context.store.getApplication(clientId))?.rateLimit ?? null;
+  return (await context.store.applications.get(clientId))?.rateLimit ?? null;
 }
 
 /** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */

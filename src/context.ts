@@ -5,9 +5,10 @@ import type { Dpop } from './dpop/index.js';
 import type { Metrics } from './observability/metrics.js';
 import type { RateLimiter } from './ratelimit/limiter.js';
 import type { RequestLog } from './observability/requests.js';
-import type { CachedStore } from './store/cached.js';
+import type { CachedTokens } from './store/cached.js';
 import type { Store } from './store/store.js';
 import type { TokenMinter } from './token/token-value.js';
+import type { Tracing } from './tracing/index.js';
 
 /**
  * What every part of one tokengate instance shares: built once by buildTokengate(). A reload
@@ -17,10 +18,10 @@ import type { TokenMinter } from './token/token-value.js';
 export interface TokengateContext {
   /** The config in effect: the resources, routes, rate limit policies, cache and logging settings of the last reload, the rest as started. */
   config: Readonly<Config>;
-  /** The store as the gateway should read it (the cached wrapper when the cache is on). */
+  /** The store as the gateway should read it (its tokens through the cache when the cache is on). */
   store: Store;
   /** The token cache itself when it is on (the gateway asks it first, before the tag check); null otherwise. */
-  cache: CachedStore | null;
+  cache: CachedTokens | null;
   readonly minter: TokenMinter;
   /** DPoP proof checking: window, replay marks in the shared store, token endpoint nonces (config `dpop`, bound at start). */
   readonly dpop: Dpop;
@@ -32,4 +33,6 @@ export interface TokengateContext {
   readonly clientMetadata: ClientMetadata | null;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
+  /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
+  readonly tracing: Tracing | null;
 }

@@ -55,7 +55,7 @@ async function issueApplicationToken(created: Created): Promise<string> {
   return ((await response.json()) as { access_token: string }).access_token;
 }
 
-const isLive = async (token: string) => (await running.store.getAccessToken(tokenDigest(token))) !== null;
+const isLive = async (token: string) => (await running.store.tokens.getAccessToken(tokenDigest(token))) !== null;
 
 describe('admin API authentication', () => {
   it('requires the admin bearer token on every admin route, compared exactly', async () => {
@@ -107,7 +107,7 @@ describe('admin API: applications', () => {
     });
     expect(created.client_id).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(created.client_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    expect(await running.store.getApplication(created.client_id)).toMatchObject({ secretDigest: clientSecretDigest(created.client_secret!) });
+    expect(await running.store.applications.get(created.client_id)).toMatchObject({ secretDigest: clientSecretDigest(created.client_secret!) });
 
     const redis = rawRedis();
     try {
@@ -126,7 +126,7 @@ describe('admin API: applications', () => {
     const created = await createApplication({ confidential: false });
     expect(created).not.toHaveProperty('client_secret');
     expect(created).toMatchObject({ confidential: false, scopes: ['public'] });
-    expect((await running.store.getApplication(created.client_id))!.secretDigest).toBeNull();
+    expect((await running.store.applications.get(created.client_id))!.secretDigest).toBeNull();
   });
 
   it('lists applications without secrets or digests', async () => {
@@ -157,7 +157,7 @@ describe('admin API: applications', () => {
     expect(response.status).toBe(200);
     const { client_secret: _secret, ...unchanged } = created;
     expect(await response.json()).toEqual({ ...unchanged, name: 'Box office (renamed)', scopes: ['public', 'write'] });
-    expect(await running.store.getApplication(created.client_id)).toMatchObject({
+    expect(await running.store.applications.get(created.client_id)).toMatchObject({
       name: 'Box office (renamed)',
       scopes: ['public', 'write'],
       redirectUris: created.redirect_uris,
@@ -173,7 +173,7 @@ describe('admin API: applications', () => {
     await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { scopes: ['admin'] }), 'unknown scope "admin"');
     await expectBadRequest(await admin('PATCH', `/applications/${created.client_id}`, { dpop: 'always' }), 'dpop must be "required"');
     // A refused update changes nothing.
-    expect(await running.store.getApplication(created.client_id)).toMatchObject({ name: 'Box office (renamed)', redirectUris: created.redirect_uris });
+    expect(await running.store.applications.get(created.client_id)).toMatchObject({ name: 'Box office (renamed)', redirectUris: created.redirect_uris });
   });
 
   it('refuses unsafe or malformed redirect URIs with a 400 naming the problem', async () => {
@@ -222,7 +222,7 @@ describe('admin API: users and token revocation', () => {
     expect(Object.keys(user)).toEqual(['id', 'email', 'created_at']);
     expect(user.email).toBe('ana@example.com');
     userId = user.id;
-    const stored = (await running.store.getUser(user.id))!;
+    const stored = (await running.store.users.get(user.id))!;
     expect(stored.passwordHash).toMatch(/^scrypt\$/);
     expect(await verifyPassword('correct horse battery', stored.passwordHash)).toBe(true);
 
@@ -264,7 +264,7 @@ describe('admin API: users and token revocation', () => {
     const byUser = await admin('POST', '/tokens/revoke', { user_id: userId });
     expect(await byUser.json()).toEqual({ revoked: 2 });
     expect(await isLive(userTokens.access_token)).toBe(false);
-    expect(await running.store.getRefreshToken(tokenDigest(userTokens.refresh_token))).toBeNull();
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(userTokens.refresh_token))).toBeNull();
     expect(await isLive(appToken)).toBe(true);
 
     const again = await exchange();
@@ -292,6 +292,6 @@ describe('admin API: users and token revocation', () => {
     expect(await (await admin('DELETE', `/users/${userId}`)).json()).toEqual({ id: userId, deleted: true });
     expect(await isLive(access_token)).toBe(false);
     expect((await admin('DELETE', `/users/${userId}`)).status).toBe(404);
-    expect(await running.store.findUserByEmail('ana@example.com')).toBeNull();
+    expect(await running.store.users.findByEmail('ana@example.com')).toBeNull();
   });
 });

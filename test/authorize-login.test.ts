@@ -45,7 +45,7 @@ describe('login throttle', () => {
     issuer = await startTokengate('throttle', { config: settings });
     // A second sidecar on the same store: the counts are shared.
     sidecar = await startTokengate('throttle-sidecar', { sharing: issuer, config: settings });
-    await issuer.store.putApplication(application());
+    await issuer.store.applications.put(application());
     await Promise.all([
       createUser(issuer.store, 'user-a', 'a@example.com', 'password-a'),
       createUser(issuer.store, 'user-b', 'b@example.com', 'password-b'),
@@ -165,7 +165,7 @@ describe('http user source', () => {
         },
       },
     });
-    await issuer.store.putApplication(application());
+    await issuer.store.applications.put(application());
   });
 
   afterAll(async () => {
@@ -183,7 +183,7 @@ describe('http user source', () => {
     const consent = await browser.follow(signedIn);
     const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     const code = new URL(approved.location!).searchParams.get('code')!;
-    return (await issuer.store.consumeAuthorizationCode(tokenDigest(code)))!.record.userId;
+    return (await issuer.store.codes.consume(tokenDigest(code)))!.record.userId;
   }
 
   it('posts the e-mail and password as JSON; 200 with a numeric or string id signs that user in', async () => {

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteApplicationAndTokens } from '../src/store/deletions.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { rawRedis } from './support/redis.js';
@@ -31,11 +32,11 @@ beforeAll(async () => {
       },
     },
   });
-  await issuer.store.putApplication(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY, REDIRECT_QUERY_ENDING_IN_QUESTION_MARK] }));
-  await issuer.store.putApplication(
+  await issuer.store.applications.put(application({ redirectUris: [REDIRECT_URI, REDIRECT_WITH_QUERY, REDIRECT_QUERY_ENDING_IN_QUESTION_MARK] }));
+  await issuer.store.applications.put(
     application({ clientId: 'mobile', name: 'Tickets for iOS', secretDigest: null, confidential: false, redirectUris: [MOBILE_REDIRECT_URI] }),
   );
-  await issuer.store.putApplication(
+  await issuer.store.applications.put(
     application({ clientId: 'hostile', name: `<script>alert("x")</script> & 'Co'`, redirectUris: ['https://hostile.example/cb'] }),
   );
   await createUser(issuer.store, 'user-ann', EMAIL, PASSWORD);
@@ -367,8 +368,8 @@ describe('sessions', () => {
     expect(signedIn.status).toBe(303);
     const fresh = client.cookies.get('tokengate_session')!;
     expect(fresh).not.toBe(planted);
-    expect(await issuer.store.getSession(tokenDigest(planted))).toBeNull();
-    expect((await issuer.store.getSession(tokenDigest(fresh)))?.userId).toBe('user-ann');
+    expect(await issuer.store.sessions.get(tokenDigest(planted))).toBeNull();
+    expect((await issuer.store.sessions.get(tokenDigest(fresh)))?.userId).toBe('user-ann');
 
     const attacker = new FormClient(issuer.baseUrl);
     attacker.cookies.set('tokengate_session', planted);
@@ -405,7 +406,7 @@ describe('sessions', () => {
     const switched = await client.post('/oauth/authorize/switch-account', formFields(consent.text));
     expect(switched.status).toBe(303);
     expect(switched.headers.getSetCookie()[0]).toMatch(/^tokengate_session=; Max-Age=0; Path=\/oauth; Expires=Thu, 01 Jan 1970/);
-    expect(await issuer.store.getSession(tokenDigest(signedInCookie))).toBeNull();
+    expect(await issuer.store.sessions.get(tokenDigest(signedInCookie))).toBeNull();
     const login = await client.follow(switched);
     expect(login.text).toContain('Sign in');
     expect(login.text).toContain('Box Office');
@@ -434,7 +435,7 @@ describe('consent', () => {
     const code = answer.get('code')!;
     expect(issuer.tokengate.context.minter.hasValidTag(code)).toBe(true);
 
-    const stored = await issuer.store.consumeAuthorizationCode(tokenDigest(code));
+    const stored = await issuer.store.codes.consume(tokenDigest(code));
     expect(stored?.firstUse).toBe(true);
     const record = stored!.record;
     expect(record).toMatchObject({
@@ -456,7 +457,7 @@ describe('consent', () => {
     const approved = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     const answer = redirectedTo(approved, `${REDIRECT_URI}?code=`);
     expect(answer.has('state')).toBe(false);
-    const record = (await issuer.store.consumeAuthorizationCode(tokenDigest(answer.get('code')!)))!.record;
+    const record = (await issuer.store.codes.consume(tokenDigest(answer.get('code')!)))!.record;
     expect(record).toMatchObject({ scopes: ['public'], codeChallenge: null, codeChallengeMethod: null });
   });
 
@@ -478,7 +479,7 @@ describe('consent', () => {
     expect(consent.headers.get('content-security-policy')).toContain("form-action 'self' com.example.tickets:;");
     const approved = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     const code = redirectedTo(approved, `${MOBILE_REDIRECT_URI}?code=`).get('code')!;
-    expect((await issuer.store.consumeAuthorizationCode(tokenDigest(code)))!.record).toMatchObject({ clientId: 'mobile', codeChallenge: pkce.challenge });
+    expect((await issuer.store.codes.consume(tokenDigest(code)))!.record).toMatchObject({ clientId: 'mobile', codeChallenge: pkce.challenge });
   });
 
   it('deny sends access_denied and the state back, and no code', async () => {
@@ -502,10 +503,10 @@ describe('consent', () => {
   });
 
   it('checks the request again on approval: an application deleted meanwhile gets no code and no redirect', async () => {
-    await issuer.store.putApplication(application({ clientId: 'short-lived', name: 'Short Lived' }));
+    await issuer.store.applications.put(application({ clientId: 'short-lived', name: 'Short Lived' }));
     const client = browser();
     const consent = await signIn(client, request({ client_id: 'short-lived' }));
-    await issuer.store.deleteApplication('short-lived');
+    await deleteApplicationAndTokens(issuer.store, 'short-lived');
     const response = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
     expectErrorPage(response, 400, 'Unknown application');
   });

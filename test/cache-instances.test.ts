@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CachedStore } from '../src/store/cached.js';
+import { CachedTokens } from '../src/store/cached.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
@@ -31,9 +31,9 @@ afterAll(async () => {
 
 /** Until its revocation subscription is up an instance reads every token from Redis; tests wait for it. */
 async function subscribed(instance: RunningTokengate): Promise<void> {
-  const store = instance.tokengate.context.store;
-  expect(store).toBeInstanceOf(CachedStore);
-  await (store as CachedStore).subscribed;
+  const tokens = instance.tokengate.context.store.tokens;
+  expect(tokens).toBeInstanceOf(CachedTokens);
+  await (tokens as CachedTokens).subscribed;
 }
 
 const metricsOf = (instance: RunningTokengate) => instance.tokengate.context.metrics;
@@ -79,7 +79,7 @@ describe('two gateways sharing one Redis', () => {
     const other = await a.issue({ userId: 'user-kept' });
     for (const token of [first, second, other]) expect(await status(b, '/api/public/me', token)).toBe(200);
 
-    expect(await a.tokengate.context.store.revokeUserTokens('user-revoked')).toBe(2);
+    expect(await a.tokengate.context.store.tokens.revokeUserTokens('user-revoked')).toBe(2);
     await eventually(async () => (await status(b, '/api/public/me', first)) === 401 && (await status(b, '/api/public/me', second)) === 401);
     expect(await status(b, '/api/public/me', other)).toBe(200);
     // The instance that revoked never answered with the revoked tokens again, not even once.
@@ -91,7 +91,7 @@ describe('two gateways sharing one Redis', () => {
     const active = async (instance: RunningTokengate) =>
       ((await (await postForm(`${instance.baseUrl}/oauth/introspect`, { token, ...clientCredentials(application) })).json()) as { active: boolean }).active;
     expect(await active(b)).toBe(true);
-    await a.tokengate.context.store.revokeAccessToken(tokenDigest(token));
+    await a.tokengate.context.store.tokens.revokeAccessToken(tokenDigest(token));
     await eventually(async () => !(await active(b)));
   });
 

@@ -3,7 +3,7 @@ import { buildTokengate } from '../src/app.js';
 import { parseConfig } from '../src/config/load.js';
 import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
-import { CachedStore, cached } from '../src/store/cached.js';
+import { CachedTokens, cached } from '../src/store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord, type Store } from '../src/store/store.js';
 import { Redis } from 'ioredis';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
@@ -41,19 +41,30 @@ let prefix: string;
 const opened: Array<{ close(): Promise<void> }> = [];
 
 interface Sidecar {
-  cache: CachedStore;
+  cache: CachedTokens;
   metrics: Metrics;
   /** getAccessToken calls that reached the real Redis store behind the cache. */
   storeReads(): number;
 }
 
 async function sidecar(config: Partial<CacheConfig> = {}): Promise<Sidecar> {
-  const counted = countingStore(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }));
+  const store = createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS });
+  const counted = countingStore(store);
   const metrics = createMetrics();
-  const cache = cached(counted.store, { ...defaults, ...config }, metrics);
+  const cache = cached(counted.store.tokens, { ...defaults, ...config }, metrics);
   await cache.subscribed;
-  opened.push(cache);
+  opened.push(closing(cache, store));
   return { cache, metrics, storeReads: () => counted.calls.getAccessToken };
+}
+
+/** What closes a cache and the store under it. */
+function closing(cache: CachedTokens, store: { close(): Promise<void> }): { close(): Promise<void> } {
+  return {
+    async close() {
+      await cache.stop();
+      await store.close();
+    },
+  };
 }
 
 /** How a lookup ended and how long it took. */
@@ -210,8 +221,9 @@ describe('token cache: Redis outages', () => {
   it('starts while Redis is down without waiting for it, and caches once it is up', async () => {
     await redis.kill();
     const metrics = createMetrics();
-    const cache = cached(createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS }), defaults, metrics);
-    opened.push(cache);
+    const store = createTestRedisStore(prefix, { url: redis.url, commandTimeoutMs: COMMAND_TIMEOUT_MS });
+    const cache = cached(store.tokens, defaults, metrics);
+    opened.push(closing(cache, store));
     const digest = newDigest();
     const first = await outcome(cache.getAccessToken(digest));
     expect(first.answer).toBe('unavailable');
@@ -321,7 +333,7 @@ describe('redis store: a command that failed stays failed', () => {
     // Between ioredis's reconnect attempts 2 (t+300 ms, which flushes its queue with an error)
     // and 3 (t+700 ms), so that Redis is back for attempt 3.
     await sleep(350);
-    const failures = await Promise.allSettled([store.saveAccessToken(digest, accessToken()), store.incrementCounter('attempts', 60_000)]);
+    const failures = await Promise.allSettled([store.tokens.saveAccessToken(digest, accessToken()), store.counters.increment('attempts', 60_000)]);
     expect(failures.map((failure) => failure.status === 'rejected' && failure.reason instanceof StoreUnavailableError)).toEqual([true, true]);
     await expectNotApplied(store, digest);
   });
@@ -332,8 +344,8 @@ describe('redis store: a command that failed stays failed', () => {
     await store.ping();
     const digest = newDigest();
     redis.pause();
-    await expect(store.saveAccessToken(digest, accessToken())).rejects.toBeInstanceOf(StoreUnavailableError);
-    await expect(store.incrementCounter('attempts', 60_000)).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.tokens.saveAccessToken(digest, accessToken())).rejects.toBeInstanceOf(StoreUnavailableError);
+    await expect(store.counters.increment('attempts', 60_000)).rejects.toBeInstanceOf(StoreUnavailableError);
     await redis.kill();
     await expectNotApplied(store, digest);
   });
@@ -358,8 +370,8 @@ describe('tokengate with the cache: wiring and readiness', () => {
     const withCache = await buildTokengate(config(true));
     const without = await buildTokengate(config(false));
     opened.push(withCache, without);
-    expect(withCache.context.store).toBeInstanceOf(CachedStore);
-    expect(without.context.store).not.toBeInstanceOf(CachedStore);
+    expect(withCache.context.store.tokens).toBeInstanceOf(CachedTokens);
+    expect(without.context.store.tokens).not.toBeInstanceOf(CachedTokens);
   });
 
   it('is unready while Redis is down, says so within the command timeout, and ready again when it is back', async () => {
@@ -444,7 +456,9 @@ describe('the gateway when Redis comes back but cannot answer commands yet', () 
       opened.push(restorer);
       const now = Date.now();
       await Promise.all(
-        tokens.map((token) => restorer.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 })),
+        tokens.map((token) =>
+          restorer.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 }),
+        ),
       );
       await admin.connect();
       await eventually(async () => Number(((await admin.call('PUBSUB', 'NUMSUB', `${prefix}revocations`)) as [string, number])[1]) === 1, 5_000);

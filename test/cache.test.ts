@@ -1,8 +1,9 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
-import { cached, type CachedStore } from '../src/store/cached.js';
-import type { AccessTokenRecord, Store } from '../src/store/store.js';
+import { cached, type CachedTokens } from '../src/store/cached.js';
+import { deleteApplicationAndTokens, deleteUserAndTokens } from '../src/store/deletions.js';
+import { withTokens, type AccessTokenRecord, type Store } from '../src/store/store.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
 import { countingStore } from './support/gateway.js';
 import { observationsOf, valueOf } from './support/metrics.js';
@@ -31,26 +32,29 @@ function accessToken(overrides: Partial<AccessTokenRecord> = {}): AccessTokenRec
 }
 
 interface Sidecar {
-  cache: CachedStore;
+  cache: CachedTokens;
+  /** The sidecar's store with its tokens read through the cache, as the instance has it. */
+  store: Store;
   metrics: Metrics;
   /** getAccessToken calls that reached the real Redis store behind the cache. */
   storeReads(): number;
 }
 
-const opened: CachedStore[] = [];
+const opened: Array<{ cache: CachedTokens; store: Store }> = [];
 
 /** One sidecar's view: a cache over its own Redis store, all sidecars sharing one key prefix. */
 async function sidecar(config: Partial<CacheConfig> = {}, wrap: (store: Store) => Store = (store) => store): Promise<Sidecar> {
-  const counted = countingStore(createTestRedisStore(prefix));
+  const redisStore = createTestRedisStore(prefix);
+  const counted = countingStore(redisStore);
   const metrics = createMetrics();
-  const cache = cached(wrap(counted.store), { ...defaults, ...config }, metrics);
+  const cache = cached(wrap(counted.store).tokens, { ...defaults, ...config }, metrics);
   await cache.subscribed;
-  opened.push(cache);
-  return { cache, metrics, storeReads: () => counted.calls.getAccessToken };
+  opened.push({ cache, store: redisStore });
+  return { cache, store: withTokens(redisStore, cache), metrics, storeReads: () => counted.calls.getAccessToken };
 }
 
 afterEach(async () => {
-  await Promise.all(opened.splice(0).map((cache) => cache.close()));
+  await Promise.all(opened.splice(0).map(async ({ cache, store }) => (await cache.stop(), await store.close())));
 });
 afterAll(async () => {
   redis.disconnect();
@@ -252,11 +256,11 @@ describe('token cache: revocation', () => {
   });
 
   it("forgets a deleted user's and a deleted application's tokens at once", async () => {
-    const { cache } = await sidecar();
+    const { cache, store } = await sidecar();
     const userToken = newDigest();
     const appToken = newDigest();
-    await cache.createUser({ id: 'user-deleted', email: 'deleted@example.com', passwordHash: 'x', createdAt: 1 });
-    await cache.putApplication({
+    await store.users.create({ id: 'user-deleted', email: 'deleted@example.com', passwordHash: 'x', createdAt: 1 });
+    await store.applications.put({
       clientId: 'client-deleted',
       name: 'n',
       secretDigest: null,
@@ -269,8 +273,8 @@ describe('token cache: revocation', () => {
     await cache.saveAccessToken(appToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-deleted' }));
     expect(await cache.getAccessToken(userToken)).not.toBeNull();
     expect(await cache.getAccessToken(appToken)).not.toBeNull();
-    await cache.deleteUser('user-deleted');
-    await cache.deleteApplication('client-deleted');
+    await deleteUserAndTokens(store, 'user-deleted');
+    await deleteApplicationAndTokens(store, 'client-deleted');
     expect(await cache.getAccessToken(userToken)).toBeNull();
     expect(await cache.getAccessToken(appToken)).toBeNull();
   });

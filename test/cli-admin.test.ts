@@ -104,11 +104,11 @@ describe('tokengate apps', () => {
     const updated = await tokengate(withConfig('apps', 'update', application.client_id, '--name', 'Scanner v2', '--json'));
     expect(updated.code).toBe(0);
     expect(JSON.parse(updated.stdout)).toMatchObject({ client_id: application.client_id, name: 'Scanner v2', scopes: ['public'] });
-    expect(await running.store.getApplication(application.client_id)).toMatchObject({ name: 'Scanner v2', redirectUris: application.redirect_uris });
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ name: 'Scanner v2', redirectUris: application.redirect_uris });
     expect(await tokengate(withConfig('apps', 'update', application.client_id))).toMatchObject({ code: 2 });
     const dpop = await tokengate(withConfig('apps', 'update', application.client_id, '--dpop', 'required', '--json'));
     expect(JSON.parse(dpop.stdout)).toMatchObject({ client_id: application.client_id, dpop: 'required' });
-    expect(await running.store.getApplication(application.client_id)).toMatchObject({ dpop: 'required' });
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ dpop: 'required' });
     expect(await tokengate(withConfig('apps', 'update', application.client_id, '--dpop', 'allowed'))).toMatchObject({ code: 0 });
 
     // Limited to a resource, shown in the list; then to every resource again.
@@ -125,16 +125,16 @@ describe('tokengate apps', () => {
     // A tier: a policy of the config, and `default` to give the routes' policies back.
     const tiered = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'gold'));
     expect(tiered.stdout).toContain('rate_limit');
-    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: 'gold' });
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ rateLimit: 'gold' });
     expect((await tokengate(withConfig('apps', 'list'))).stdout).toMatch(new RegExp(`^${application.client_id} .* gold +`, 'm'));
     const unknownTier = await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'platinum'));
     expect(unknownTier.code).not.toBe(0);
     expect(unknownTier.stderr).toContain('rate_limit must name a policy');
     await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'default'));
-    expect(await running.store.getApplication(application.client_id)).toMatchObject({ rateLimit: null });
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ rateLimit: null });
 
     const token = running.tokengate.context.minter.mint();
-    await running.store.saveAccessToken(tokenDigest(token), {
+    await running.store.tokens.saveAccessToken(tokenDigest(token), {
       kind: 'user',
       clientId: application.client_id,
       userId: 'u',
@@ -145,8 +145,8 @@ describe('tokengate apps', () => {
     });
     const deleted = await tokengate(withConfig('apps', 'delete', application.client_id));
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted application ${application.client_id} and revoked its tokens.\n` });
-    expect(await running.store.getAccessToken(tokenDigest(token))).toBeNull();
-    expect(await running.store.getApplication(application.client_id)).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
+    expect(await running.store.applications.get(application.client_id)).toBeNull();
   });
 
   it("prints the admin API's refusal on one line and exits 1", async () => {
@@ -171,7 +171,7 @@ describe('tokengate users and tokens', () => {
     const user = JSON.parse(created.stdout) as { id: string; email: string };
     expect(user.email).toBe('ana@example.com');
     // The trailing newline of `echo` is not part of the password.
-    expect(await verifyPassword('correct horse battery', (await running.store.getUser(user.id))!.passwordHash)).toBe(true);
+    expect(await verifyPassword('correct horse battery', (await running.store.users.get(user.id))!.passwordHash)).toBe(true);
 
     const [duplicate, list, listJson, answer] = await Promise.all([
       tokengate(withConfig('users', 'create', '--email', 'ana@example.com', '--password-stdin'), { stdin: 'another password' }),
@@ -185,7 +185,7 @@ describe('tokengate users and tokens', () => {
     expect(answer).toMatchObject({ users: expect.arrayContaining([{ id: user.id, email: 'ana@example.com', created_at: expect.any(String) }]) });
 
     const application = { clientId: `client-${user.id}`, clientSecret: undefined, redirectUri: 'https://box.example/callback' };
-    await running.store.putApplication({
+    await running.store.applications.put({
       clientId: application.clientId,
       name: 'n',
       secretDigest: null,
@@ -213,16 +213,16 @@ describe('tokengate users and tokens', () => {
     const first = await grant();
     const byUser = await tokengate(withConfig('tokens', 'revoke', '--user', user.id));
     expect(byUser).toMatchObject({ code: 0, stdout: `Revoked 2 tokens of user ${user.id}.\n` });
-    expect(await running.store.getAccessToken(tokenDigest(first))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(first))).toBeNull();
 
     const second = await grant();
     const byClient = await tokengate(withConfig('tokens', 'revoke', '--client', application.clientId));
     expect(byClient).toMatchObject({ code: 0, stdout: `Revoked 2 tokens of application ${application.clientId}.\n` });
-    expect(await running.store.getAccessToken(tokenDigest(second))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(second))).toBeNull();
 
     const deleted = await tokengate(withConfig('users', 'delete', user.id));
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted user ${user.id} and revoked their tokens.\n` });
-    expect(await running.store.getUser(user.id)).toBeNull();
+    expect(await running.store.users.get(user.id)).toBeNull();
     // Nine CLI processes, each loading TypeScript through tsx: slow on a busy machine.
   }, 60_000);
 
@@ -240,7 +240,7 @@ describe('tokengate users and tokens', () => {
     expect(asArgument.stderr).not.toContain('hunter2');
     expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining('exactly one of --user and --client') });
     expect(neither.code).toBe(2);
-    expect(await running.store.findUserByEmail('bo@example.com')).toBeNull();
+    expect(await running.store.users.findByEmail('bo@example.com')).toBeNull();
   });
 });
 

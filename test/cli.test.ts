@@ -137,7 +137,7 @@ describe('tokengate serve', () => {
     const store = createTestRedisStore(prefix);
     try {
       const token = createTokenMinter(decodeTagKey(tagKey)).mint();
-      await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
+      await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 60_000 });
       serve = await startServe(
         configs.write(
           `${LISTEN_ON_FREE_PORTS}  tokenTagKey: ${tagKey}\nstore:\n  driver: redis\n  url: ${REDIS_URL}\n  keyPrefix: "${prefix}"\n` +

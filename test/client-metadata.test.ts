@@ -145,7 +145,7 @@ describe('an allowed client ID metadata document', () => {
     });
     expect(tokens.status).toBe(200);
     const issued = (await tokens.json()) as { access_token: string; refresh_token: string };
-    expect((await open.store.getAccessToken(tokenDigest(issued.access_token)))?.clientId).toBe(clientId);
+    expect((await open.store.tokens.getAccessToken(tokenDigest(issued.access_token)))?.clientId).toBe(clientId);
     expect(verifier).not.toBe(secondVerifier);
 
     const refreshed = await tokenRequest(open, { grant_type: 'refresh_token', refresh_token: issued.refresh_token, client_id: clientId });
@@ -159,7 +159,7 @@ describe('an allowed client ID metadata document', () => {
     const introspected = await postForm(`${open.baseUrl}/oauth/introspect`, { token: accessToken, client_id: clientId });
     expect(introspected.status).toBe(401);
     expect(await postForm(`${open.baseUrl}/oauth/revoke`, { token: accessToken, client_id: clientId })).toHaveProperty('status', 200);
-    expect(await open.store.getAccessToken(tokenDigest(accessToken))).toBeNull();
+    expect(await open.store.tokens.getAccessToken(tokenDigest(accessToken))).toBeNull();
     // Fetched once for all of it: the cache served every later look.
     expect(documents.requestsOf('/clients/assistant.json')).toBe(1);
   });

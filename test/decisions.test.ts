@@ -265,7 +265,7 @@ describe('the decision listener', () => {
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect((await exchange(running.port, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect(storeReads.getAccessToken - before).toBe(1);
-    await running.store.revokeAccessToken(tokenDigest(token));
+    await running.store.tokens.revokeAccessToken(tokenDigest(token));
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(401);
   });
 

@@ -76,7 +76,7 @@ async function redeemCode(issuer: RunningTokengate, code: string, redirectUri: s
   const tokens = (await response.json()) as { access_token: string; token_type: string; refresh_token?: string };
   expect(tokens.token_type).toBe('Bearer');
   expect(tokens.refresh_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
-  const accessToken = await issuer.store.getAccessToken(tokenDigest(tokens.access_token));
+  const accessToken = await issuer.store.tokens.getAccessToken(tokenDigest(tokens.access_token));
   if (accessToken === null || accessToken.userId === null) throw new Error('the issued access token is not in the store');
   return { clientId: accessToken.clientId, userId: accessToken.userId, redirectUri, codeChallenge: createHash('sha256').update(verifier).digest('base64url') };
 }
@@ -126,7 +126,7 @@ describe('authorization code flow in headless Chromium', () => {
         },
       },
     });
-    await issuer.store.putApplication(
+    await issuer.store.applications.put(
       application({ clientId: CLIENT_ID, name: 'Festival Tickets', secretDigest: null, confidential: false, redirectUris: [callback.redirectUri] }),
     );
     await createUser(issuer.store, 'user-fan', EMAIL, PASSWORD);

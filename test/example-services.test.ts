@@ -143,8 +143,8 @@ describe('examples/demo: the demo application', () => {
     const callbackUrl = `http://127.0.0.1:${demoPort}/callback`;
     demo = createDemoApp({ callbackUrl, publicUrl: issuer.baseUrl, opsUrl: issuer.opsUrl });
     demoUrl = await listen(demo, demoPort);
-    await issuer.store.putApplication(application({ clientId, name: 'Fan <app>', secretDigest: null, confidential: false, redirectUris: [callbackUrl] }));
-    await issuer.store.putApplication(application({ clientId: 'confidential-one', name: 'Box office', redirectUris: [callbackUrl] }));
+    await issuer.store.applications.put(application({ clientId, name: 'Fan <app>', secretDigest: null, confidential: false, redirectUris: [callbackUrl] }));
+    await issuer.store.applications.put(application({ clientId: 'confidential-one', name: 'Box office', redirectUris: [callbackUrl] }));
   });
   afterAll(async () => {
     if (demo) await closeServer(demo);

@@ -174,7 +174,7 @@ describe('missing and invalid tokens', () => {
 
     const revoked = await gateway.issue();
     expect((await call('/api/public/me', { token: revoked })).status).toBe(200);
-    await gateway.store.revokeAccessToken(tokenDigest(revoked));
+    await gateway.store.tokens.revokeAccessToken(tokenDigest(revoked));
     expectError(await call('/api/public/me', { token: revoked }), 401, INVALID_TOKEN_BODY, INVALID_TOKEN_CHALLENGE);
 
     const expiring = await gateway.issue({ expiresAt: Date.now() + 300 });
@@ -194,7 +194,7 @@ describe('missing and invalid tokens', () => {
         'PX',
         60_000,
       );
-      expect(await gateway.store.getAccessToken(tokenDigest(token))).not.toBeNull();
+      expect(await gateway.store.tokens.getAccessToken(tokenDigest(token))).not.toBeNull();
       expectError(await call('/api/public/me', { token }), 401, INVALID_TOKEN_BODY, INVALID_TOKEN_CHALLENGE);
     } finally {
       redis.disconnect();

@@ -50,7 +50,7 @@ describe('the cache-hit path', () => {
     // with write access to Redis, or a token from before a tag key change).
     const foreign = createTokenMinter(decodeTagKey(generateTagKey())).mint();
     const now = Date.now();
-    await gateway.store.saveAccessToken(tokenDigest(foreign), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 });
+    await gateway.store.tokens.saveAccessToken(tokenDigest(foreign), { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 3_600_000 });
     const [storeCalls, forged, hits] = [calls.getAccessToken, await forgedTokens(), await cacheHits()];
     for (let i = 0; i < 3; i++) expect(await status(foreign)).toBe(401);
     expect(calls.getAccessToken - storeCalls).toBe(0);
@@ -62,7 +62,7 @@ describe('the cache-hit path', () => {
   it('refuses a cached token as soon as it is revoked, though hits skip the tag check', async () => {
     const token = await gateway.issue();
     expect([await status(token), await status(token)]).toEqual([200, 200]);
-    await gateway.tokengate.context.store.revokeAccessToken(tokenDigest(token));
+    await gateway.tokengate.context.store.tokens.revokeAccessToken(tokenDigest(token));
     expect(await status(token)).toBe(401);
   });
 });

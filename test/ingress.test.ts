@@ -220,7 +220,7 @@ describe.each([NGINX, NGINX_DECISION_CACHE, CADDY])('$name in front of the decis
     }
     const revoked = await tokengate.issue();
     expect((await through('GET', '/api/public/me', [bearer(revoked)])).response.status).toBe(200);
-    await tokengate.store.revokeAccessToken(tokenDigest(revoked));
+    await tokengate.store.tokens.revokeAccessToken(tokenDigest(revoked));
     const afterRevocation = await through('GET', '/api/public/me', [bearer(revoked)]);
     expect(afterRevocation.reached).toEqual([]);
     expectRefusal(afterRevocation.response, 401, INVALID_TOKEN, INVALID_TOKEN_CHALLENGE);
@@ -491,7 +491,7 @@ describe('nginx with the decision cache (examples/ingress/nginx-decision-cache.c
   it(`refuses a revoked token within the route's bound (${REVOCATION_BOUND_SECONDS} s) plus one second`, async () => {
     const token = await cached.issue();
     expect((await sendCounted('GET', '/api/public/me', [bearer(token)])).asked).toBe(1);
-    await cached.store.revokeAccessToken(tokenDigest(token));
+    await cached.store.tokens.revokeAccessToken(tokenDigest(token));
     const revokedAt = Date.now();
     // The revocation feed reaches tokengate at once; nginx's entry still lets the token through until it ends.
     const stillCached = await sendCounted('GET', '/api/public/me', [bearer(token)]);

@@ -70,7 +70,7 @@ const tokenInfo = (authorization?: string) => fetch(`${running.baseUrl}/oauth/to
 /** A value of the right shape without this deployment's tag, which the store nevertheless holds: only the tag check refuses it. */
 async function storedForgery(application: TestApplication): Promise<string> {
   const forged = randomBytes(32).toString('base64url');
-  await running.store.saveAccessToken(tokenDigest(forged), {
+  await running.store.tokens.saveAccessToken(tokenDigest(forged), {
     kind: 'application',
     clientId: application.clientId,
     userId: null,
@@ -82,7 +82,7 @@ async function storedForgery(application: TestApplication): Promise<string> {
   return forged;
 }
 
-const isLive = async (token: string) => (await running.store.getAccessToken(tokenDigest(token))) !== null;
+const isLive = async (token: string) => (await running.store.tokens.getAccessToken(tokenDigest(token))) !== null;
 
 async function expectRevoked200(response: Response): Promise<void> {
   expect(response.status).toBe(200);
@@ -95,7 +95,7 @@ describe('POST /oauth/revoke (RFC 7009)', () => {
     const tokens = await userTokens(app);
     await expectRevoked200(await revoke(app, tokens.access_token, 'access_token'));
     expect(await isLive(tokens.access_token)).toBe(false);
-    expect(await running.store.getRefreshToken(tokenDigest(tokens.refresh_token!))).not.toBeNull();
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(tokens.refresh_token!))).not.toBeNull();
     const application = await applicationToken(app);
     // A wrong hint only changes the search order.
     await expectRevoked200(await revoke(app, application, 'refresh_token'));
@@ -106,7 +106,7 @@ describe('POST /oauth/revoke (RFC 7009)', () => {
     const tokens = await userTokens(app);
     const unrelated = await userTokens(app);
     await expectRevoked200(await revoke(app, tokens.refresh_token!));
-    expect(await running.store.getRefreshToken(tokenDigest(tokens.refresh_token!))).toBeNull();
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(tokens.refresh_token!))).toBeNull();
     expect(await isLive(tokens.access_token)).toBe(false);
     expect(await isLive(unrelated.access_token)).toBe(true);
   });
@@ -129,7 +129,7 @@ describe('POST /oauth/revoke (RFC 7009)', () => {
     await expectRevoked200(await revoke(otherApp, tokens.access_token));
     await expectRevoked200(await revoke(otherApp, tokens.refresh_token!));
     expect(await isLive(tokens.access_token)).toBe(true);
-    expect(await running.store.getRefreshToken(tokenDigest(tokens.refresh_token!))).not.toBeNull();
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(tokens.refresh_token!))).not.toBeNull();
   });
 
   it('lets a public client revoke its own tokens with its client_id', async () => {
@@ -158,7 +158,7 @@ describe('POST /oauth/revoke (RFC 7009)', () => {
 describe('POST /oauth/introspect (RFC 7662)', () => {
   it('describes a live user access token of the caller', async () => {
     const tokens = await userTokens(app, ['public', 'write']);
-    const record = (await running.store.getAccessToken(tokenDigest(tokens.access_token)))!;
+    const record = (await running.store.tokens.getAccessToken(tokenDigest(tokens.access_token)))!;
     const response = await postForm(
       `${running.baseUrl}/oauth/introspect`,
       { token: tokens.access_token },
@@ -202,7 +202,7 @@ describe('POST /oauth/introspect (RFC 7662)', () => {
     await postForm(`${running.baseUrl}/oauth/token`, { grant_type: 'refresh_token', refresh_token: rotated.refresh_token, ...clientCredentials(app) });
     await inactive(rotated.refresh_token!);
     const expiring = running.tokengate.context.minter.mint();
-    await running.store.saveAccessToken(tokenDigest(expiring), {
+    await running.store.tokens.saveAccessToken(tokenDigest(expiring), {
       kind: 'application',
       clientId: app.clientId,
       userId: null,
@@ -237,7 +237,7 @@ describe('POST /oauth/introspect (RFC 7662)', () => {
 describe('GET /oauth/token/info (Doorkeeper)', () => {
   it("describes the presented access token in Doorkeeper's shape", async () => {
     const tokens = await userTokens(app, ['public', 'write']);
-    const record = (await running.store.getAccessToken(tokenDigest(tokens.access_token)))!;
+    const record = (await running.store.tokens.getAccessToken(tokenDigest(tokens.access_token)))!;
     const response = await tokenInfo(`Bearer ${tokens.access_token}`);
     expect(response.status).toBe(200);
     expect(response.headers.get('cache-control')).toBe('no-store');

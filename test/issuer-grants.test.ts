@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
+import { deleteUserAndTokens } from '../src/store/deletions.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import {
   clientCredentials,
@@ -61,8 +62,8 @@ const exchange = (application: TestApplication, code: string, extra: Record<stri
 const refresh = (application: TestApplication, refreshToken: string, extra: Record<string, string | undefined> = {}) =>
   postForm(tokenUrl, { grant_type: 'refresh_token', refresh_token: refreshToken, ...clientCredentials(application), ...extra });
 
-const isLive = async (token: string) => (await running.store.getAccessToken(tokenDigest(token))) !== null;
-const isLiveRefresh = async (token: string) => (await running.store.getRefreshToken(tokenDigest(token))) !== null;
+const isLive = async (token: string) => (await running.store.tokens.getAccessToken(tokenDigest(token))) !== null;
+const isLiveRefresh = async (token: string) => (await running.store.tokens.getRefreshToken(tokenDigest(token))) !== null;
 
 const newVerifier = () => randomBytes(48).toString('base64url');
 
@@ -74,14 +75,18 @@ describe('authorization_code', () => {
     expect(body).toMatchObject({ token_type: 'Bearer', expires_in: 7200, scope: 'public write' });
     expect(body.refresh_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(body.refresh_token).not.toBe(body.access_token);
-    expect(await running.store.getAccessToken(tokenDigest(body.access_token))).toMatchObject({
+    expect(await running.store.tokens.getAccessToken(tokenDigest(body.access_token))).toMatchObject({
       kind: 'user',
       clientId: app.clientId,
       userId,
       familyId: record.familyId,
       scopes: ['public', 'write'],
     });
-    expect(await running.store.getRefreshToken(tokenDigest(body.refresh_token!))).toMatchObject({ clientId: app.clientId, userId, familyId: record.familyId });
+    expect(await running.store.tokens.getRefreshToken(tokenDigest(body.refresh_token!))).toMatchObject({
+      clientId: app.clientId,
+      userId,
+      familyId: record.familyId,
+    });
   });
 
   it('requires code and redirect_uri, and names the missing one', async () => {
@@ -122,7 +127,7 @@ describe('authorization_code', () => {
     await expectError(await exchange(app, 'not-a-code'), 400, 'invalid_grant');
     // A value of the right shape without this deployment's tag is refused before the store is asked.
     const forged = randomBytes(32).toString('base64url');
-    await running.store.saveAuthorizationCode(tokenDigest(forged), {
+    await running.store.codes.save(tokenDigest(forged), {
       clientId: app.clientId,
       userId,
       redirectUri: app.redirectUri,
@@ -154,7 +159,7 @@ describe('authorization_code', () => {
   it('refuses a code whose user was deleted in the meantime', async () => {
     const doomed = await registerUser(running.store);
     const { code } = await issueAuthorizationCode(running, app, doomed);
-    await running.store.deleteUser(doomed);
+    await deleteUserAndTokens(running.store, doomed);
     await expectError(await exchange(app, code), 400, 'invalid_grant');
   });
 });
@@ -221,7 +226,7 @@ describe('refresh_token', () => {
     expect(Object.keys(second)).toEqual(['access_token', 'token_type', 'expires_in', 'refresh_token', 'scope', 'created_at']);
     expect(second.refresh_token).not.toBe(first.refresh_token);
     expect(second.access_token).not.toBe(first.access_token);
-    const familyOf = async (token: string) => (await running.store.getAccessToken(tokenDigest(token)))!.familyId;
+    const familyOf = async (token: string) => (await running.store.tokens.getAccessToken(tokenDigest(token)))!.familyId;
     expect(await familyOf(second.access_token)).toBe(await familyOf(first.access_token));
     expect(await isLiveRefresh(first.refresh_token!)).toBe(false);
     const third = await expectTokens(await refresh(app, second.refresh_token!));
@@ -241,7 +246,7 @@ describe('refresh_token', () => {
     const first = await grant(app);
     const narrowed = await expectTokens(await refresh(app, first.refresh_token!, { scope: 'public' }));
     expect(narrowed.scope).toBe('public');
-    expect((await running.store.getAccessToken(tokenDigest(narrowed.access_token)))!.scopes).toEqual(['public']);
+    expect((await running.store.tokens.getAccessToken(tokenDigest(narrowed.access_token)))!.scopes).toEqual(['public']);
     const full = await expectTokens(await refresh(app, narrowed.refresh_token!, { scope: 'write public' }));
     expect(full.scope).toBe('write public');
   });

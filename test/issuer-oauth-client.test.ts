@@ -82,7 +82,7 @@ describe('oauth4webapi against tokengate', () => {
     expect(introspected).toMatchObject({ active: true, client_id: confidential.clientId, sub: userId });
 
     await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.refresh_token!, insecure));
-    expect(await running.store.getAccessToken(tokenDigest(refreshed.access_token))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(refreshed.access_token))).toBeNull();
     const after = await oauth.processIntrospectionResponse(as, client, await oauth.introspectionRequest(as, client, auth, refreshed.access_token, insecure));
     expect(after.active).toBe(false);
   });
@@ -103,7 +103,7 @@ describe('oauth4webapi against tokengate', () => {
       await oauth.refreshTokenGrantRequest(as, client, auth, exchanged.refresh_token!, insecure),
     );
     await oauth.processRevocationResponse(await oauth.revocationRequest(as, client, auth, refreshed.access_token, insecure));
-    expect(await running.store.getAccessToken(tokenDigest(refreshed.access_token))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(refreshed.access_token))).toBeNull();
   });
 
   it("surfaces tokengate's RFC errors through the library", async () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { StoreUnavailableError, type Store } from '../src/store/store.js';
+import { StoreUnavailableError, withTokens, type Store, type Tokens } from '../src/store/store.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import {
   clientCredentials,
@@ -19,24 +19,25 @@ import {
  * store.commandTimeoutMs) and checks what the documented retry gets.
  */
 
-/** Store calls that answer late, once each. */
-const answerLate = new Set<keyof Store>();
+/** Token store calls that answer late, once each. */
+const answerLate = new Set<keyof Tokens>();
 /** Digests of the access tokens stored by a call that then answered late: issued, never delivered. */
 const undelivered: string[] = [];
 
 function lateOnce(store: Store): Store {
-  return new Proxy(store, {
+  const tokens = new Proxy(store.tokens, {
     get(target, key) {
       const value: unknown = Reflect.get(target, key, target);
       if (typeof value !== 'function') return value;
       return async (...args: unknown[]) => {
         const result: unknown = await (value as (...args: unknown[]) => Promise<unknown>).apply(target, args);
-        if (!answerLate.delete(key as keyof Store)) return result;
+        if (!answerLate.delete(key as keyof Tokens)) return result;
         if (key === 'saveAccessToken') undelivered.push(args[0] as string);
         throw new StoreUnavailableError('redis: Command timed out');
       };
     },
   });
+  return withTokens(store, tokens);
 }
 
 let running: RunningTokengate;
@@ -78,7 +79,7 @@ describe('after a 503', () => {
     const { access_token: token } = await codeExchange();
     answerLate.add('revokeAccessToken');
     await expectUnavailable(await revoke(token));
-    expect(await running.store.getAccessToken(tokenDigest(token))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
     expect((await revoke(token)).status).toBe(200);
   });
 
@@ -94,10 +95,10 @@ describe('after a 503', () => {
     answerLate.add('saveAccessToken');
     await expectUnavailable(await exchange());
     const lost = undelivered.pop()!;
-    expect(await running.store.getAccessToken(lost)).not.toBeNull();
+    expect(await running.store.tokens.getAccessToken(lost)).not.toBeNull();
 
     await expectInvalidGrant(await exchange());
-    expect(await running.store.getAccessToken(lost)).toBeNull();
+    expect(await running.store.tokens.getAccessToken(lost)).toBeNull();
   });
 
   it('a refresh may have rotated the refresh token: the retry answers invalid_grant and revokes the whole grant', async () => {
@@ -106,10 +107,10 @@ describe('after a 503', () => {
     answerLate.add('saveAccessToken');
     await expectUnavailable(await refresh());
     const lost = undelivered.pop()!;
-    expect(await running.store.getAccessToken(tokenDigest(tokens.access_token))).not.toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(tokens.access_token))).not.toBeNull();
 
     await expectInvalidGrant(await refresh());
-    expect(await running.store.getAccessToken(lost)).toBeNull();
-    expect(await running.store.getAccessToken(tokenDigest(tokens.access_token))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(lost)).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(tokens.access_token))).toBeNull();
   });
 });

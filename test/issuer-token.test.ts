@@ -57,7 +57,7 @@ describe('POST /oauth/token: client_credentials and the wire format', () => {
     expect(body.access_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(body.created_at).toBeGreaterThanOrEqual(before);
     expect(body.created_at).toBeLessThanOrEqual(Math.ceil(Date.now() / 1000));
-    const stored = await running.store.getAccessToken(tokenDigest(body.access_token as string));
+    const stored = await running.store.tokens.getAccessToken(tokenDigest(body.access_token as string));
     expect(stored).toMatchObject({ kind: 'application', clientId: confidential.clientId, userId: null, familyId: null, scopes: ['public'] });
     expect(stored!.expiresAt - stored!.issuedAt).toBe(7_200_000);
   });
@@ -65,7 +65,7 @@ describe('POST /oauth/token: client_credentials and the wire format', () => {
   it('accepts HTTP Basic credentials, form-urlencoded inside as RFC 6749 2.3.1 requires', async () => {
     const clientId = `odd id:${Date.now()}`;
     const secret = 'se cr+et:with%odd&chars';
-    await running.store.putApplication({
+    await running.store.applications.put({
       clientId,
       name: 'Odd',
       secretDigest: clientSecretDigest(secret),
@@ -125,7 +125,7 @@ describe('POST /oauth/token: client_credentials and the wire format', () => {
     const tokens = await Promise.all(responses.map(async (response) => ((await response.json()) as { access_token: string }).access_token));
     expect(new Set(tokens).size).toBe(200);
     for (const token of tokens) expect(running.tokengate.context.minter.hasValidTag(token)).toBe(true);
-    const records = await Promise.all(tokens.map((token) => running.store.getAccessToken(tokenDigest(token))));
+    const records = await Promise.all(tokens.map((token) => running.store.tokens.getAccessToken(tokenDigest(token))));
     expect(records.every((record) => record?.kind === 'application' && record.clientId === confidential.clientId)).toBe(true);
   });
 

@@ -96,7 +96,7 @@ async function events(): Promise<void> {
   await expectStatus(fetch(`${base}/api/public/me`, { headers: { authorization: `Bearer ${revoked}` } }), 200);
   const otherSidecar = createTestRedisStore(prefix, { url: redis.url });
   try {
-    expect(await otherSidecar.revokeAccessToken(tokenDigest(revoked))).toBe(1);
+    expect(await otherSidecar.tokens.revokeAccessToken(tokenDigest(revoked))).toBe(1);
   } finally {
     await otherSidecar.close();
   }
@@ -108,7 +108,7 @@ async function events(): Promise<void> {
     postForm(`${base}/oauth/token`, { grant_type: 'client_credentials' }, { authorization: basicAuthorization(app.clientId, secret) });
   await expectStatus(token(app.clientSecret!), 200);
   await expectStatus(token('wrong'), 401);
-  await cached.store.putApplication(application());
+  await cached.store.applications.put(application());
   const browser = new FormClient(base);
   const login = await browser.get(authorizePath({ client_id: 'box-office', redirect_uri: 'https://app.example/cb', response_type: 'code', state: 's' }));
   expect(login.status).toBe(200);

@@ -269,7 +269,7 @@ describe('the access log', () => {
 describe('a reload that removes the policy a tier names', () => {
   it("meters the application by its routes' own policies until the policy is back", async () => {
     const { clientId, token } = await applicationToken();
-    await running.store.putApplication({ ...(await running.store.getApplication(clientId))!, rateLimit: 'gold' });
+    await running.store.applications.put({ ...(await running.store.applications.get(clientId))!, rateLimit: 'gold' });
     expect((await get('/api/tight', token)).headers.get('ratelimit-policy')).toBe('"gold";q=100;w=1');
     const config = running.tokengate.context.config;
     const { gold: _gold, ...withoutGold } = config.rateLimits;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { proofMarksFor } from '../src/dpop/replay.js';
+import { READ_ONLY } from '../src/ratelimit/lease-protocol.js';
 import { leasesFor } from '../src/ratelimit/leases.js';
 import { compilePolicy } from '../src/ratelimit/policies.js';
 import type { RedisStore } from '../src/store/redis.js';
@@ -76,7 +77,7 @@ const outcome = (write: Promise<unknown>) =>
     () => 'acknowledged' as const,
     () => 'failed' as const,
   );
-const save = (store: RedisStore, name: string) => outcome(store.saveSession(name, { userId: 'u', createdAt: Date.now() }, 60_000));
+const save = (store: RedisStore, name: string) => outcome(store.sessions.save(name, { userId: 'u', createdAt: Date.now() }, 60_000));
 
 describe('replica waits', () => {
   it('a master without a replica takes writes; one that attaches is waited for once in sync', { timeout: 30_000 }, async () => {
@@ -103,7 +104,7 @@ describe('replica waits', () => {
       const leases = leasesFor(store.backend);
       const marks = proofMarksFor(store.backend);
       const policy = compilePolicy('frozen', { by: 'application', requestsPerSecond: 10, burst: 10 });
-      const lease = () => outcome(leases.lease('ratelimit:frozen:app', policy, { want: 1, returned: 0, charged: 0 }));
+      const lease = () => outcome(leases.lease('ratelimit:frozen:app', policy, { ...READ_ONLY, want: 1 }));
       const mark = (jti: string) => outcome(marks.markFirstUse(jti, 60_000));
 
       started[1]!.pause();

@@ -30,7 +30,7 @@ beforeAll(async () => {
   upstream = await startUpstream();
   const store = createTestRedisStore(prefix);
   token = createTokenMinter(decodeTagKey(tagKey)).mint();
-  await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 600_000 });
+  await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 600_000 });
   await store.close();
 });
 

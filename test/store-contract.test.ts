@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createMetrics } from '../src/observability/metrics.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
-import type { AccessTokenRecord, RefreshTokenRecord, RevocationEvent, Store } from '../src/store/store.js';
+import { deleteApplicationAndTokens, deleteUserAndTokens } from '../src/store/deletions.js';
+import { withTokens, type AccessTokenRecord, type RefreshTokenRecord, type RevocationEvent, type Store } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
 import { deleteTopologyPrefix, openTopologyStore, startClusterTopology, startSentinelTopology, type TestTopology } from './support/topologies.js';
@@ -84,17 +86,18 @@ const openTopology = (topology: () => TestTopology) => async (): Promise<StoreUn
   };
 };
 
-/** The token cache is a store too, and must keep every promise of the store it wraps. */
+/** The token cache is the token port too, and must keep every promise of the port it wraps. */
 const withCache = (open: () => Promise<StoreUnderTest>) => async (): Promise<StoreUnderTest> => {
   const inner = await open();
-  const store = cached(inner.store, cacheConfig, createMetrics());
-  const peer = inner.peer === inner.store ? store : cached(inner.peer, cacheConfig, createMetrics());
-  await Promise.all([store.subscribed, peer.subscribed]);
+  const cache = cached(inner.store.tokens, cacheConfig, createMetrics());
+  const peerCache = inner.peer === inner.store ? cache : cached(inner.peer.tokens, cacheConfig, createMetrics());
+  await Promise.all([cache.subscribed, peerCache.subscribed]);
+  const store = withTokens(inner.store, cache);
   return {
     store,
-    peer,
+    peer: inner.peer === inner.store ? store : withTokens(inner.peer, peerCache),
     async cleanup() {
-      await Promise.all([store.stop(), peer.stop()]);
+      await Promise.all([cache.stop(), peerCache.stop()]);
       await inner.cleanup();
     },
   };
@@ -111,23 +114,32 @@ const implementations: Array<[string, 'memory' | 'redis', () => Promise<StoreUnd
   ['redis sentinel', 'redis', openTopology(() => sentinel)],
   ['cached redis sentinel', 'redis', withCache(openTopology(() => sentinel))],
 ];
+/** Every port but the token port: the cache is in front of that one alone. */
+const stores = implementations.filter(([name]) => !name.startsWith('cached'));
 
-describe.each(implementations)('token store contract: %s', (_name, driver, open) => {
-  let subject: StoreUnderTest;
-  let store: Store;
-
+/** Opens a fresh store before each test of the enclosing describe, and cleans it up after. */
+function eachTest(open: () => Promise<StoreUnderTest>): StoreUnderTest {
+  const subject = {} as StoreUnderTest;
   beforeEach(async () => {
-    subject = await open();
-    store = subject.store;
+    Object.assign(subject, await open());
   });
   afterEach(async () => {
     await subject.cleanup();
   });
+  return subject;
+}
+
+describe.each(stores)('store lifecycle: %s', (_name, driver, open) => {
+  const subject = eachTest(open);
 
   it('answers ping', async () => {
-    await expect(store.ping()).resolves.toBeUndefined();
-    expect(store.backend.driver).toBe(driver);
+    await expect(subject.store.ping()).resolves.toBeUndefined();
+    expect(subject.store.backend.driver).toBe(driver);
   });
+});
+
+describe.each(stores)('applications port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('keeps applications, lists them and deletes them', async () => {
     const app = {
@@ -139,17 +151,17 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       confidential: true,
       createdAt: 1,
     };
-    await store.putApplication(app);
-    await store.putApplication({ ...app, clientId: 'client-b', name: 'Scanner', secretDigest: null, confidential: false });
-    expect(await store.getApplication('client-a')).toEqual(app);
-    expect((await store.listApplications()).map((each) => each.clientId).sort()).toEqual(['client-a', 'client-b']);
-    expect(await store.deleteApplication('client-a')).toBe(true);
-    expect(await store.deleteApplication('client-a')).toBe(false);
-    expect(await store.getApplication('client-a')).toBeNull();
+    await subject.store.applications.put(app);
+    await subject.store.applications.put({ ...app, clientId: 'client-b', name: 'Scanner', secretDigest: null, confidential: false });
+    expect(await subject.store.applications.get('client-a')).toEqual(app);
+    expect((await subject.store.applications.list()).map((each) => each.clientId).sort()).toEqual(['client-a', 'client-b']);
+    expect(await subject.store.applications.delete('client-a')).toBe(true);
+    expect(await subject.store.applications.delete('client-a')).toBe(false);
+    expect(await subject.store.applications.get('client-a')).toBeNull();
   });
 
   it('returns copies: mutating a returned record changes nothing stored', async () => {
-    await store.putApplication({
+    await subject.store.applications.put({
       clientId: 'c',
       name: 'n',
       secretDigest: null,
@@ -158,22 +170,30 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       confidential: false,
       createdAt: 1,
     });
-    const first = await store.getApplication('c');
+    const first = await subject.store.applications.get('c');
     first!.redirectUris.push('https://evil/cb');
-    expect((await store.getApplication('c'))!.redirectUris).toEqual(['https://a/cb']);
+    expect((await subject.store.applications.get('c'))!.redirectUris).toEqual(['https://a/cb']);
   });
+});
+
+describe.each(stores)('users port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('keeps users unique by e-mail', async () => {
     const user = { id: randomUUID(), email: 'ana@example.com', passwordHash: 'scrypt$x', createdAt: 1 };
-    expect(await store.createUser(user)).toBe(true);
-    expect(await store.createUser({ ...user, id: randomUUID() })).toBe(false);
-    expect(await store.findUserByEmail('ana@example.com')).toEqual(user);
-    expect(await store.getUser(user.id)).toEqual(user);
-    expect((await store.listUsers()).map((each) => each.id)).toEqual([user.id]);
-    expect(await store.deleteUser(user.id)).toBe(true);
-    expect(await store.findUserByEmail('ana@example.com')).toBeNull();
-    expect(await store.createUser({ ...user, id: randomUUID() })).toBe(true);
+    expect(await subject.store.users.create(user)).toBe(true);
+    expect(await subject.store.users.create({ ...user, id: randomUUID() })).toBe(false);
+    expect(await subject.store.users.findByEmail('ana@example.com')).toEqual(user);
+    expect(await subject.store.users.get(user.id)).toEqual(user);
+    expect((await subject.store.users.list()).map((each) => each.id)).toEqual([user.id]);
+    expect(await subject.store.users.delete(user.id)).toBe(true);
+    expect(await subject.store.users.findByEmail('ana@example.com')).toBeNull();
+    expect(await subject.store.users.create({ ...user, id: randomUUID() })).toBe(true);
   });
+});
+
+describe.each(stores)('authorization codes port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('lets an authorization code be consumed once and shows every replay', async () => {
     const digest = newDigest();
@@ -188,32 +208,32 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       issuedAt: Date.now(),
       expiresAt: Date.now() + 600_000,
     };
-    await store.saveAuthorizationCode(digest, record);
-    const results = await Promise.all([
-      subject.store.consumeAuthorizationCode(digest),
-      subject.peer.consumeAuthorizationCode(digest),
-      store.consumeAuthorizationCode(digest),
-    ]);
+    await subject.store.codes.save(digest, record);
+    const results = await Promise.all([subject.store.codes.consume(digest), subject.peer.codes.consume(digest), subject.store.codes.consume(digest)]);
     expect(results.filter((result) => result?.firstUse === true)).toHaveLength(1);
     expect(results.filter((result) => result?.firstUse === false)).toHaveLength(2);
     expect(results[0]!.record).toEqual(record);
-    expect(await store.consumeAuthorizationCode(newDigest())).toBeNull();
+    expect(await subject.store.codes.consume(newDigest())).toBeNull();
   });
+});
+
+describe.each(implementations)('tokens port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('keeps the DPoP binding of access and refresh tokens and codes (jkt), cached or not', async () => {
     const jkt = 'x'.repeat(43);
     const access = newDigest();
-    await store.saveAccessToken(access, accessToken({ jkt }));
-    expect((await store.getAccessToken(access))?.jkt).toBe(jkt);
+    await subject.store.tokens.saveAccessToken(access, accessToken({ jkt }));
+    expect((await subject.store.tokens.getAccessToken(access))?.jkt).toBe(jkt);
     // Read a second time: a cache answers from its own entry now.
-    expect((await subject.peer.getAccessToken(access))?.jkt).toBe(jkt);
-    expect((await store.getAccessToken(access))?.jkt).toBe(jkt);
+    expect((await subject.peer.tokens.getAccessToken(access))?.jkt).toBe(jkt);
+    expect((await subject.store.tokens.getAccessToken(access))?.jkt).toBe(jkt);
     const unbound = newDigest();
-    await store.saveAccessToken(unbound, accessToken());
-    expect((await store.getAccessToken(unbound))?.jkt).toBeUndefined();
+    await subject.store.tokens.saveAccessToken(unbound, accessToken());
+    expect((await subject.store.tokens.getAccessToken(unbound))?.jkt).toBeUndefined();
     const now = Date.now();
     const refresh = newDigest();
-    await store.saveRefreshToken(refresh, {
+    await subject.store.tokens.saveRefreshToken(refresh, {
       clientId: 'c',
       userId: 'u',
       scopes: ['public'],
@@ -222,9 +242,9 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       expiresAt: now + 60_000,
       jkt,
     });
-    expect((await store.getRefreshToken(refresh))?.jkt).toBe(jkt);
+    expect((await subject.store.tokens.getRefreshToken(refresh))?.jkt).toBe(jkt);
     const code = newDigest();
-    await store.saveAuthorizationCode(code, {
+    await subject.store.codes.save(code, {
       clientId: 'c',
       userId: 'u',
       redirectUri: 'https://app.example/cb',
@@ -236,18 +256,22 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       expiresAt: now + 60_000,
       jkt,
     });
-    expect((await store.consumeAuthorizationCode(code))?.record.jkt).toBe(jkt);
+    expect((await subject.store.codes.consume(code))?.record.jkt).toBe(jkt);
   });
 
   it('saves, reads and revokes access tokens, publishing the revocation to every subscriber', async () => {
     const events: RevocationEvent[] = [];
-    const unsubscribe = await subject.peer.subscribeRevocations({ onRevoked: (event) => events.push(event), onInterrupted: () => {}, onReset: () => {} });
+    const unsubscribe = await subject.peer.tokens.subscribeRevocations({
+      onRevoked: (event) => events.push(event),
+      onInterrupted: () => {},
+      onReset: () => {},
+    });
     const digest = newDigest();
-    await store.saveAccessToken(digest, accessToken());
+    await subject.store.tokens.saveAccessToken(digest, accessToken());
     // A cache answers with its own frozen object, the record and what it keeps beside it.
-    expect(await subject.peer.getAccessToken(digest)).toMatchObject(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
-    expect(await store.revokeAccessToken(digest)).toBe(1);
-    expect(await store.getAccessToken(digest)).toBeNull();
+    expect(await subject.peer.tokens.getAccessToken(digest)).toMatchObject(accessToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
+    expect(await subject.store.tokens.revokeAccessToken(digest)).toBe(1);
+    expect(await subject.store.tokens.getAccessToken(digest)).toBeNull();
     await eventually(() => events.length === 1, 2_000);
     expect(events[0]!.accessTokens).toEqual([digest]);
     expect(events[0]!.publishedAt).toBeLessThanOrEqual(Date.now());
@@ -257,12 +281,12 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
   it('keeps the audience (the resources a grant is for) of codes, access and refresh tokens, as every sidecar reads them', async () => {
     const audience = ['https://api.ticketing.example/api/public', 'https://api.ticketing.example/organizer'];
     const access = newDigest();
-    await store.saveAccessToken(access, accessToken({ audience }));
-    expect((await subject.peer.getAccessToken(access))!.audience).toEqual(audience);
+    await subject.store.tokens.saveAccessToken(access, accessToken({ audience }));
+    expect((await subject.peer.tokens.getAccessToken(access))!.audience).toEqual(audience);
     const refresh = newDigest();
-    await store.saveRefreshToken(refresh, refreshToken({ audience }));
-    expect((await subject.peer.getRefreshToken(refresh))!.audience).toEqual(audience);
-    expect((await subject.peer.consumeRefreshToken(refresh))!.record.audience).toEqual(audience);
+    await subject.store.tokens.saveRefreshToken(refresh, refreshToken({ audience }));
+    expect((await subject.peer.tokens.getRefreshToken(refresh))!.audience).toEqual(audience);
+    expect((await subject.peer.tokens.consumeRefreshToken(refresh))!.record.audience).toEqual(audience);
     const code = newDigest();
     const now = Date.now();
     const codeRecord = {
@@ -273,29 +297,29 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       codeChallenge: null,
       codeChallengeMethod: null,
     };
-    await store.saveAuthorizationCode(code, { ...codeRecord, familyId: 'f', audience, issuedAt: now, expiresAt: now + 600_000 });
-    expect((await subject.peer.consumeAuthorizationCode(code))!.record.audience).toEqual(audience);
+    await subject.store.codes.save(code, { ...codeRecord, familyId: 'f', audience, issuedAt: now, expiresAt: now + 600_000 });
+    expect((await subject.peer.codes.consume(code))!.record.audience).toEqual(audience);
   });
 
   it('expires tokens by itself, not only on read', async () => {
     const digest = newDigest();
-    await store.saveAccessToken(digest, accessToken({ expiresAt: Date.now() + 150 }));
-    expect(await store.getAccessToken(digest)).not.toBeNull();
+    await subject.store.tokens.saveAccessToken(digest, accessToken({ expiresAt: Date.now() + 150 }));
+    expect(await subject.store.tokens.getAccessToken(digest)).not.toBeNull();
     await new Promise((resolve) => setTimeout(resolve, 250));
-    expect(await store.getAccessToken(digest)).toBeNull();
+    expect(await subject.store.tokens.getAccessToken(digest)).toBeNull();
     // An already expired record is never stored.
     const stale = newDigest();
-    await store.saveAccessToken(stale, accessToken({ expiresAt: Date.now() - 1 }));
-    expect(await store.getAccessToken(stale)).toBeNull();
+    await subject.store.tokens.saveAccessToken(stale, accessToken({ expiresAt: Date.now() - 1 }));
+    expect(await subject.store.tokens.getAccessToken(stale)).toBeNull();
   });
 
   it('rotates refresh tokens once and reports reuse', async () => {
     const digest = newDigest();
-    await store.saveRefreshToken(digest, refreshToken());
-    expect(await store.getRefreshToken(digest)).toEqual(refreshToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
-    expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(true);
-    expect(await store.getRefreshToken(digest)).toBeNull();
-    expect((await store.consumeRefreshToken(digest))!.firstUse).toBe(false);
+    await subject.store.tokens.saveRefreshToken(digest, refreshToken());
+    expect(await subject.store.tokens.getRefreshToken(digest)).toEqual(refreshToken({ issuedAt: expect.any(Number), expiresAt: expect.any(Number) }));
+    expect((await subject.store.tokens.consumeRefreshToken(digest))!.firstUse).toBe(true);
+    expect(await subject.store.tokens.getRefreshToken(digest)).toBeNull();
+    expect((await subject.store.tokens.consumeRefreshToken(digest))!.firstUse).toBe(false);
   });
 
   it("revokes a whole token family, a user's tokens and an application's tokens", async () => {
@@ -303,28 +327,28 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
     const familyRefresh = newDigest();
     const otherFamily = newDigest();
     const appToken = newDigest();
-    await store.saveAccessToken(familyAccess, accessToken({ familyId: 'fam-x', userId: 'user-x' }));
-    await store.saveRefreshToken(familyRefresh, refreshToken({ familyId: 'fam-x', userId: 'user-x' }));
-    await store.saveAccessToken(otherFamily, accessToken({ familyId: 'fam-y', userId: 'user-x' }));
-    await store.saveAccessToken(appToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-z' }));
+    await subject.store.tokens.saveAccessToken(familyAccess, accessToken({ familyId: 'fam-x', userId: 'user-x' }));
+    await subject.store.tokens.saveRefreshToken(familyRefresh, refreshToken({ familyId: 'fam-x', userId: 'user-x' }));
+    await subject.store.tokens.saveAccessToken(otherFamily, accessToken({ familyId: 'fam-y', userId: 'user-x' }));
+    await subject.store.tokens.saveAccessToken(appToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-z' }));
 
-    expect(await store.revokeFamily('fam-x')).toBe(2);
-    expect(await store.getAccessToken(familyAccess)).toBeNull();
-    expect(await store.getRefreshToken(familyRefresh)).toBeNull();
-    expect(await store.getAccessToken(otherFamily)).not.toBeNull();
+    expect(await subject.store.tokens.revokeFamily('fam-x')).toBe(2);
+    expect(await subject.store.tokens.getAccessToken(familyAccess)).toBeNull();
+    expect(await subject.store.tokens.getRefreshToken(familyRefresh)).toBeNull();
+    expect(await subject.store.tokens.getAccessToken(otherFamily)).not.toBeNull();
 
-    expect(await store.revokeUserTokens('user-x')).toBe(1);
-    expect(await store.getAccessToken(otherFamily)).toBeNull();
-    expect(await store.getAccessToken(appToken)).not.toBeNull();
+    expect(await subject.store.tokens.revokeUserTokens('user-x')).toBe(1);
+    expect(await subject.store.tokens.getAccessToken(otherFamily)).toBeNull();
+    expect(await subject.store.tokens.getAccessToken(appToken)).not.toBeNull();
 
-    expect(await store.revokeClientTokens('client-z')).toBe(1);
-    expect(await store.getAccessToken(appToken)).toBeNull();
-    expect(await store.revokeClientTokens('client-z')).toBe(0);
+    expect(await subject.store.tokens.revokeClientTokens('client-z')).toBe(1);
+    expect(await subject.store.tokens.getAccessToken(appToken)).toBeNull();
+    expect(await subject.store.tokens.revokeClientTokens('client-z')).toBe(0);
   });
 
   it('revokes every token of a deleted application or user', async () => {
     const digest = newDigest();
-    await store.putApplication({
+    await subject.store.applications.put({
       clientId: 'client-del',
       name: 'n',
       secretDigest: null,
@@ -333,108 +357,125 @@ describe.each(implementations)('token store contract: %s', (_name, driver, open)
       confidential: false,
       createdAt: 1,
     });
-    await store.saveAccessToken(digest, accessToken({ clientId: 'client-del' }));
-    await store.deleteApplication('client-del');
-    expect(await store.getAccessToken(digest)).toBeNull();
+    await subject.store.tokens.saveAccessToken(digest, accessToken({ clientId: 'client-del' }));
+    await deleteApplicationAndTokens(subject.store, 'client-del');
+    expect(await subject.store.tokens.getAccessToken(digest)).toBeNull();
 
     const user = { id: 'user-del', email: 'del@example.com', passwordHash: 'x', createdAt: 1 };
-    await store.createUser(user);
+    await subject.store.users.create(user);
     const userToken = newDigest();
-    await store.saveAccessToken(userToken, accessToken({ userId: 'user-del' }));
-    await store.deleteUser('user-del');
-    expect(await store.getAccessToken(userToken)).toBeNull();
+    await subject.store.tokens.saveAccessToken(userToken, accessToken({ userId: 'user-del' }));
+    await deleteUserAndTokens(subject.store, 'user-del');
+    expect(await subject.store.tokens.getAccessToken(userToken)).toBeNull();
   });
 
   it('refuses for good a token of a revoked family, or of a deleted user or application, saved afterwards (a grant in flight)', async () => {
-    await store.saveAccessToken(newDigest(), accessToken({ familyId: 'fam-gone' }));
-    await store.revokeFamily('fam-gone');
+    await subject.store.tokens.saveAccessToken(newDigest(), accessToken({ familyId: 'fam-gone' }));
+    await subject.store.tokens.revokeFamily('fam-gone');
     const late = { access: newDigest(), refresh: newDigest() };
-    await subject.peer.saveAccessToken(late.access, accessToken({ familyId: 'fam-gone' }));
-    await subject.peer.saveRefreshToken(late.refresh, refreshToken({ familyId: 'fam-gone' }));
-    expect(await store.getAccessToken(late.access)).toBeNull();
-    expect(await store.getRefreshToken(late.refresh)).toBeNull();
+    await subject.peer.tokens.saveAccessToken(late.access, accessToken({ familyId: 'fam-gone' }));
+    await subject.peer.tokens.saveRefreshToken(late.refresh, refreshToken({ familyId: 'fam-gone' }));
+    expect(await subject.store.tokens.getAccessToken(late.access)).toBeNull();
+    expect(await subject.store.tokens.getRefreshToken(late.refresh)).toBeNull();
 
-    await store.createUser({ id: 'user-gone', email: 'gone@example.com', passwordHash: 'x', createdAt: 1 });
-    await store.deleteUser('user-gone');
+    await subject.store.users.create({ id: 'user-gone', email: 'gone@example.com', passwordHash: 'x', createdAt: 1 });
+    await deleteUserAndTokens(subject.store, 'user-gone');
     const forDeletedUser = newDigest();
-    await subject.peer.saveAccessToken(forDeletedUser, accessToken({ userId: 'user-gone', familyId: 'fam-other' }));
-    expect(await store.getAccessToken(forDeletedUser)).toBeNull();
+    await subject.peer.tokens.saveAccessToken(forDeletedUser, accessToken({ userId: 'user-gone', familyId: 'fam-other' }));
+    expect(await subject.store.tokens.getAccessToken(forDeletedUser)).toBeNull();
 
-    await store.deleteApplication('client-gone');
+    await deleteApplicationAndTokens(subject.store, 'client-gone');
     const forDeletedApplication = newDigest();
-    await subject.peer.saveAccessToken(forDeletedApplication, accessToken({ kind: 'application', clientId: 'client-gone', userId: null, familyId: null }));
-    expect(await store.getAccessToken(forDeletedApplication)).toBeNull();
+    await subject.peer.tokens.saveAccessToken(
+      forDeletedApplication,
+      accessToken({ kind: 'application', clientId: 'client-gone', userId: null, familyId: null }),
+    );
+    expect(await subject.store.tokens.getAccessToken(forDeletedApplication)).toBeNull();
   });
 
   it("keeps tokens saved after a user's or an application's tokens were revoked (neither is gone for good)", async () => {
-    await store.revokeUserTokens('user-back');
-    await store.revokeClientTokens('client-back');
+    await subject.store.tokens.revokeUserTokens('user-back');
+    await subject.store.tokens.revokeClientTokens('client-back');
     const digest = newDigest();
-    await subject.peer.saveAccessToken(digest, accessToken({ userId: 'user-back', clientId: 'client-back' }));
-    expect(await store.getAccessToken(digest)).not.toBeNull();
+    await subject.peer.tokens.saveAccessToken(digest, accessToken({ userId: 'user-back', clientId: 'client-back' }));
+    expect(await subject.store.tokens.getAccessToken(digest)).not.toBeNull();
   });
 
   it('lets no token escape its indexes when saves race a revocation: a later revocation finds every one left', async () => {
     const saved = Array.from({ length: 60 }, newDigest);
     const revoked = newDigest();
-    await store.saveAccessToken(revoked, accessToken({ userId: 'user-race', familyId: 'fam-race-0' }));
+    await subject.store.tokens.saveAccessToken(revoked, accessToken({ userId: 'user-race', familyId: 'fam-race-0' }));
     // Saves through one handle, the revocation through another, all in flight together.
     const [, removed] = await Promise.all([
-      Promise.all(saved.map((digest, index) => store.saveAccessToken(digest, accessToken({ userId: 'user-race', familyId: `fam-race-${index % 7}` })))),
-      subject.peer.revokeUserTokens('user-race'),
+      Promise.all(
+        saved.map((digest, index) => subject.store.tokens.saveAccessToken(digest, accessToken({ userId: 'user-race', familyId: `fam-race-${index % 7}` }))),
+      ),
+      subject.peer.tokens.revokeUserTokens('user-race'),
     ]);
     expect(removed).toBeGreaterThanOrEqual(1);
-    expect(await store.getAccessToken(revoked)).toBeNull();
+    expect(await subject.store.tokens.getAccessToken(revoked)).toBeNull();
     // Whatever survived the first revocation (saved after it read the index) is still indexed.
-    await subject.peer.revokeUserTokens('user-race');
-    for (const digest of saved) expect(await store.getAccessToken(digest)).toBeNull();
+    await subject.peer.tokens.revokeUserTokens('user-race');
+    for (const digest of saved) expect(await subject.store.tokens.getAccessToken(digest)).toBeNull();
   });
+});
+
+describe.each(stores)('counters port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('counts within a window that its own increments do not extend', async () => {
     // Times are measured from the first increment, with wide margins, so a loaded machine
     // cannot push a step across the window's end.
     const windowMs = 1_000;
     const started = Date.now();
-    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
-    expect(await subject.peer.incrementCounter('login:a', windowMs)).toBe(2);
+    expect(await subject.store.counters.increment('login:a', windowMs)).toBe(1);
+    expect(await subject.peer.counters.increment('login:a', windowMs)).toBe(2);
     await sleepUntil(started + 400);
-    expect(await store.incrementCounter('login:a', windowMs)).toBe(3);
+    expect(await subject.store.counters.increment('login:a', windowMs)).toBe(3);
     // Had that increment extended the window, the counter would live until ~1,400 ms.
     await sleepUntil(started + windowMs + 150);
-    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
-    await store.resetCounter('login:a');
-    expect(await store.incrementCounter('login:a', windowMs)).toBe(1);
+    expect(await subject.store.counters.increment('login:a', windowMs)).toBe(1);
+    await subject.store.counters.reset('login:a');
+    expect(await subject.store.counters.increment('login:a', windowMs)).toBe(1);
   });
 
   it('takes back an increment of a live counter, and leaves a gone counter gone', async () => {
-    await store.incrementCounter('login:b', 600);
-    await store.incrementCounter('login:b', 600);
-    await subject.peer.decrementCounter('login:b');
-    expect(await store.incrementCounter('login:b', 600)).toBe(2);
+    await subject.store.counters.increment('login:b', 600);
+    await subject.store.counters.increment('login:b', 600);
+    await subject.peer.counters.decrement('login:b');
+    expect(await subject.store.counters.increment('login:b', 600)).toBe(2);
     await new Promise((resolve) => setTimeout(resolve, 700));
-    await store.decrementCounter('login:b');
-    await store.decrementCounter('login:never');
-    expect(await store.incrementCounter('login:b', 600)).toBe(1);
-    expect(await store.incrementCounter('login:never', 600)).toBe(1);
+    await subject.store.counters.decrement('login:b');
+    await subject.store.counters.decrement('login:never');
+    expect(await subject.store.counters.increment('login:b', 600)).toBe(1);
+    expect(await subject.store.counters.increment('login:never', 600)).toBe(1);
     // the window still ends: a decrement did not leave a counter without expiry
     await new Promise((resolve) => setTimeout(resolve, 700));
-    expect(await store.incrementCounter('login:b', 600)).toBe(1);
+    expect(await subject.store.counters.increment('login:b', 600)).toBe(1);
   });
+});
+
+describe.each(stores)('secrets port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('creates a shared secret once, whoever asks first', async () => {
-    const [first, second] = await Promise.all([store.getOrCreateSecret('k', 'one'), subject.peer.getOrCreateSecret('k', 'two')]);
+    const [first, second] = await Promise.all([subject.store.secrets.getOrCreate('k', 'one'), subject.peer.secrets.getOrCreate('k', 'two')]);
     expect(first).toBe(second);
-    expect(await store.getOrCreateSecret('k', 'three')).toBe(first);
+    expect(await subject.store.secrets.getOrCreate('k', 'three')).toBe(first);
   });
+});
+
+describe.each(stores)('sessions port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
 
   it('keeps sessions until their time is up or they are deleted', async () => {
-    await store.saveSession('s1', { userId: 'u', createdAt: 1, csrf: 'x' }, 150);
-    expect(await subject.peer.getSession('s1')).toEqual({ userId: 'u', createdAt: 1, csrf: 'x' });
-    await store.deleteSession('s1');
-    expect(await store.getSession('s1')).toBeNull();
-    await store.saveSession('s2', { userId: null, createdAt: 1 }, 100);
+    await subject.store.sessions.save('s1', { userId: 'u', createdAt: 1, csrf: 'x' }, 150);
+    expect(await subject.peer.sessions.get('s1')).toEqual({ userId: 'u', createdAt: 1, csrf: 'x' });
+    await subject.store.sessions.delete('s1');
+    expect(await subject.store.sessions.get('s1')).toBeNull();
+    await subject.store.sessions.save('s2', { userId: null, createdAt: 1 }, 100);
     await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(await store.getSession('s2')).toBeNull();
+    expect(await subject.store.sessions.get('s2')).toBeNull();
   });
 });
 
@@ -450,12 +491,49 @@ describe('redis store: what Redis holds', () => {
 
   it('keys token records by digest, never by the token value, with a TTL', async () => {
     const token = minter.mint();
-    await store.saveAccessToken(tokenDigest(token), accessToken());
+    await store.tokens.saveAccessToken(tokenDigest(token), accessToken());
     const keys = await redis.keys(`${prefix}*`);
     expect(keys.some((key) => key.includes(token))).toBe(false);
     for (const key of keys) expect(await redis.get(key).catch(() => '')).not.toContain(token);
     const ttl = await redis.pttl(`${prefix}at:${tokenDigest(token)}`);
     expect(ttl).toBeGreaterThan(3_000_000);
     expect(ttl).toBeLessThanOrEqual(3_600_000);
+  });
+
+  it("writes every port's keys under the names of the documented key layout, which sidecars of every version share", async () => {
+    const documented = readFileSync(new URL('../docs/store.md', import.meta.url), 'utf8')
+      .split('## Key layout')[1]!
+      .split('\n## ')[0]!
+      .matchAll(/`([a-z-]+(?::[a-z]+)*)(?::<[a-z_]+>)?/g);
+    const names = new Set([...documented].map((match) => match[1]!));
+    const now = Date.now();
+    await store.applications.put({ clientId: 'c-layout', name: 'n', secretDigest: null, redirectUris: [], scopes: [], confidential: false, createdAt: now });
+    await store.users.create({ id: 'u-layout', email: 'layout@example.com', passwordHash: 'x', createdAt: now });
+    await store.users.create({ id: 'u-stays', email: 'stays@example.com', passwordHash: 'x', createdAt: now });
+    await store.codes.save(newDigest(), {
+      clientId: 'c',
+      userId: 'u',
+      redirectUri: 'https://a/cb',
+      scopes: [],
+      codeChallenge: null,
+      codeChallengeMethod: null,
+      familyId: 'f',
+      issuedAt: now,
+      expiresAt: inOneHour(),
+    });
+    await store.tokens.saveAccessToken(newDigest(), accessToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
+    await store.tokens.saveRefreshToken(newDigest(), refreshToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
+    await store.sessions.save('s-layout', { userId: null, createdAt: now }, 60_000);
+    await store.counters.increment('login:layout', 60_000);
+    await store.secrets.getOrCreate('layout', 'x');
+    await deleteUserAndTokens(store, 'u-layout');
+
+    const written = new Set((await redis.keys(`${prefix}*`)).map((key) => key.slice(prefix.length).replace(/^(idx:[a-z]+|[a-z-]+):.*$/, '$1')));
+    expect([...written].sort()).toEqual(
+      ['app', 'apps', 'at', 'code', 'counter', 'idx:client', 'idx:family', 'idx:user', 'rt', 'secret', 'session', 'user', 'user-email', 'users'].sort(),
+    );
+    for (const name of written) expect(names).toContain(name);
+    // The user's index stays marked, for good, after the user is gone.
+    expect(await redis.zscore(`${prefix}idx:user:u-layout`, 'revoked')).not.toBeNull();
   });
 });

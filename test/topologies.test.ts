@@ -114,7 +114,7 @@ describe.each([
   });
 
   it('rotates a refresh token on one sidecar; replayed on the other, it revokes the family everywhere', async () => {
-    const userId = (await first.store.findUserByEmail(email))!.id;
+    const userId = (await first.store.users.findByEmail(email))!.id;
     const { code } = await issueAuthorizationCode(first, application, userId);
     const issued = await tokens(first, application, { grant_type: 'authorization_code', code, redirect_uri: REDIRECT_URI });
     const rotated = await tokens(second, application, { grant_type: 'refresh_token', refresh_token: issued.body.refresh_token! });
@@ -122,7 +122,7 @@ describe.each([
     for (const sidecar of [first, second]) expect((await gateway(sidecar, rotated.body.access_token)).status).toBe(200);
     expect((await tokens(first, application, { grant_type: 'refresh_token', refresh_token: issued.body.refresh_token! })).status).toBe(400);
     for (const sidecar of [first, second]) await eventually(async () => (await gateway(sidecar, rotated.body.access_token)).status === 401);
-    expect(await first.store.getRefreshToken(tokenDigest(rotated.body.refresh_token!))).toBeNull();
+    expect(await first.store.tokens.getRefreshToken(tokenDigest(rotated.body.refresh_token!))).toBeNull();
   });
 
   it('revokes an application token through one sidecar: the other, which has it cached, hears it and refuses it', async () => {
@@ -143,11 +143,11 @@ describe.each([
     const doomed = await registerApplication(first.store);
     const issued = await tokens(second, doomed, { grant_type: 'client_credentials' });
     expect((await gateway(first, issued.body.access_token)).status).toBe(200);
-    expect((await first.store.listApplications()).map((each) => each.clientId)).toContain(doomed.clientId);
+    expect((await first.store.applications.list()).map((each) => each.clientId)).toContain(doomed.clientId);
     const deleted = await fetch(`${second.opsUrl}/admin/applications/${doomed.clientId}`, { method: 'DELETE' });
     expect(await deleted.json()).toEqual({ client_id: doomed.clientId, deleted: true });
     for (const sidecar of [first, second]) await eventually(async () => (await gateway(sidecar, issued.body.access_token)).status === 401);
-    expect((await first.store.listApplications()).map((each) => each.clientId)).not.toContain(doomed.clientId);
+    expect((await first.store.applications.list()).map((each) => each.clientId)).not.toContain(doomed.clientId);
   });
 });
 
@@ -177,7 +177,7 @@ describe('Redis Cluster: where the keys go', () => {
       const userIds = await Promise.all(
         Array.from({ length: 20 }, async (_, index) => {
           const id = `user-${index}-${randomUUID()}`;
-          await issuer.store.createUser({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
+          await issuer.store.users.create({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
           return id;
         }),
       );
@@ -244,18 +244,18 @@ describe('data the store already holds', () => {
     await redis.set(`${prefix}counter:login:old`, '2', 'PX', 60_000);
     const store = createTestRedisStore(prefix);
     try {
-      expect(await store.getApplication('client-old')).toEqual(app);
-      expect(await store.listApplications()).toEqual([app]);
-      expect(await store.findUserByEmail('old@example.com')).toEqual(user);
-      expect(await store.getAccessToken('access-old')).toEqual(token);
-      expect(await store.getRefreshToken('refresh-old')).toEqual(refresh);
-      expect(await store.consumeAuthorizationCode('code-old')).toEqual({ record: code, firstUse: true });
-      expect(await store.getOrCreateSecret('token-tag-key', 'a-new-key')).toBe('the-old-key');
-      expect(await store.getSession('session-old')).toEqual({ userId: 'user-old', createdAt: 1 });
-      expect(await store.incrementCounter('login:old', 60_000)).toBe(3);
-      expect(await store.revokeUserTokens('user-old')).toBe(2);
-      expect(await store.getAccessToken('access-old')).toBeNull();
-      expect(await store.getRefreshToken('refresh-old')).toBeNull();
+      expect(await store.applications.get('client-old')).toEqual(app);
+      expect(await store.applications.list()).toEqual([app]);
+      expect(await store.users.findByEmail('old@example.com')).toEqual(user);
+      expect(await store.tokens.getAccessToken('access-old')).toEqual(token);
+      expect(await store.tokens.getRefreshToken('refresh-old')).toEqual(refresh);
+      expect(await store.codes.consume('code-old')).toEqual({ record: code, firstUse: true });
+      expect(await store.secrets.getOrCreate('token-tag-key', 'a-new-key')).toBe('the-old-key');
+      expect(await store.sessions.get('session-old')).toEqual({ userId: 'user-old', createdAt: 1 });
+      expect(await store.counters.increment('login:old', 60_000)).toBe(3);
+      expect(await store.tokens.revokeUserTokens('user-old')).toBe(2);
+      expect(await store.tokens.getAccessToken('access-old')).toBeNull();
+      expect(await store.tokens.getRefreshToken('refresh-old')).toBeNull();
     } finally {
       await store.close();
       redis.disconnect();
@@ -270,7 +270,7 @@ describe('data the store already holds', () => {
     let after: Store | null = null;
     try {
       const application = await registerApplication(before);
-      await before.createUser({ id: 'user-moved', email: 'moved@example.com', passwordHash: 'scrypt$x', createdAt: 1 });
+      await before.users.create({ id: 'user-moved', email: 'moved@example.com', passwordHash: 'scrypt$x', createdAt: 1 });
       const now = Date.now();
       const record = {
         kind: 'user' as const,
@@ -281,8 +281,8 @@ describe('data the store already holds', () => {
         issuedAt: now,
         expiresAt: now + 3_600_000,
       };
-      await before.saveAccessToken('access-moved', record);
-      await before.saveRefreshToken('refresh-moved', { ...record, familyId: 'family-moved' });
+      await before.tokens.saveAccessToken('access-moved', record);
+      await before.tokens.saveRefreshToken('refresh-moved', { ...record, familyId: 'family-moved' });
       await before.close();
 
       const target = cluster.cluster.nodes[0]!.address;
@@ -292,11 +292,11 @@ describe('data the store already holds', () => {
       expect(moved.status, moved.stdout + moved.stderr).toBe(0);
 
       after = await openTopologyStore(cluster, prefix);
-      expect((await after.getApplication(application.clientId))?.clientId).toBe(application.clientId);
-      expect((await after.findUserByEmail('moved@example.com'))?.id).toBe('user-moved');
-      expect(await after.getAccessToken('access-moved')).toEqual(record);
-      expect(await after.revokeFamily('family-moved')).toBe(2);
-      expect(await after.getRefreshToken('refresh-moved')).toBeNull();
+      expect((await after.applications.get(application.clientId))?.clientId).toBe(application.clientId);
+      expect((await after.users.findByEmail('moved@example.com'))?.id).toBe('user-moved');
+      expect(await after.tokens.getAccessToken('access-moved')).toEqual(record);
+      expect(await after.tokens.revokeFamily('family-moved')).toBe(2);
+      expect(await after.tokens.getRefreshToken('refresh-moved')).toBeNull();
     } finally {
       await before.close().catch(() => {});
       await after?.close();
@@ -335,7 +335,7 @@ describe('the revocation feed through a manual failover (the old master stays up
     );
     expect((await gateway(second, token)).status).toBe(200);
     const heard = await valueOf(second.tokengate.context.metrics.revocationMessages);
-    await first.store.revokeAccessToken(tokenDigest(token));
+    await first.store.tokens.revokeAccessToken(tokenDigest(token));
     await eventually(async () => (await valueOf(second.tokengate.context.metrics.revocationMessages)) > heard);
     expect((await gateway(second, token)).status).toBe(401);
   }
@@ -402,8 +402,8 @@ describe('TLS', () => {
       ).store;
     try {
       const store = await openStore(load(`  tls:\n    caFile: ${ca.caFile}\n`));
-      await store.saveSession('over-tls', { userId: 'u', createdAt: 1 }, 5_000);
-      expect(await store.getSession('over-tls')).toEqual({ userId: 'u', createdAt: 1 });
+      await store.sessions.save('over-tls', { userId: 'u', createdAt: 1 }, 5_000);
+      expect(await store.sessions.get('over-tls')).toEqual({ userId: 'u', createdAt: 1 });
       await store.close();
       await expect(openStore(load(''))).rejects.toThrow(
         /^Redis at rediss:\/\/127\.0\.0\.1:\d+ \(store\.url\) did not answer within 1000 ms \(store\.startupTimeoutMs\): TLS failed \(.*certificate.*\)\./,

@@ -26,7 +26,7 @@ export function cacheHitDpop(oneCoreTokengate: Row['tier']): Row {
       const jwk = publicKey.export({ format: 'jwk' }) as JWK;
       const token = bench.minter.mint();
       const now = Date.now();
-      await bench.redis.store.saveAccessToken(tokenDigest(token), {
+      await bench.redis.store.tokens.saveAccessToken(tokenDigest(token), {
         kind: 'user',
         clientId: 'bench-fan-app',
         userId: 'user-dpop',

@@ -36,7 +36,7 @@ export async function saveUserTokens(store: Store, tokens: readonly string[], cl
   for (let start = 0; start < tokens.length; start += CHUNK) {
     const writes: Promise<void>[] = [];
     for (let index = start; index < Math.min(tokens.length, start + CHUNK); index++) {
-      writes.push(store.saveAccessToken(tokenDigest(tokens[index]!), userTokenRecord(clientId, index)));
+      writes.push(store.tokens.saveAccessToken(tokenDigest(tokens[index]!), userTokenRecord(clientId, index)));
     }
     await Promise.all(writes);
   }

@@ -65,6 +65,8 @@ export interface Results {
   dpopStoreCommands: { commands: number; requests: number } | null;
   /** Redis commands executed per 1,000 requests admitted on a rate limited route under its limit. */
   rateLimitCommandsPer1k: number | null;
+  /** Redis commands executed while the over-limit row ran alone, its seconds and its 429s. */
+  rateLimitOver: { commands: number; seconds: number; refused: number } | null;
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];

@@ -106,6 +106,11 @@ function memoryLines(results: Results): string[] {
     );
   if (results.rateLimitCommandsPer1k !== null)
     lines.push(`Redis commands per 1,000 requests admitted on a rate limited route under its limit: ${fixed(results.rateLimitCommandsPer1k, 1)}`);
+  const over = results.rateLimitOver;
+  if (over !== null && over.seconds > 0)
+    lines.push(
+      `rate limited route at 3x its limit: ${fixed(over.refused / over.seconds, 0)} 429s per second, ${fixed(over.commands / over.seconds, 1)} Redis commands per second`,
+    );
   if (revocation !== null)
     lines.push(
       `revocation seen by a second sidecar (${revocation.samples} tokens): p50 ${fixed(revocation.p50Ms, 1)} ms, p99 ${fixed(revocation.p99Ms, 1)} ms, max ${fixed(revocation.maxMs, 1)} ms`,
@@ -192,6 +197,9 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
       atMost(cpuRatio('rate-limit-under', 'rate-limit-off'), 1.05),
     ],
     ['rate limited route under its limit: <= 20 Redis commands per 1,000 admitted', atMost(results.rateLimitCommandsPer1k, 20, '')],
+    ['tracing on, 0 % sampled: CPU per request <= 1.02x tracing off', atMost(cpuRatio('tracing-unsampled', 'tracing-off'), 1.02)],
+    ['tracing on, 10 % sampled: CPU per request <= 1.05x tracing off', atMost(cpuRatio('tracing-10', 'tracing-off'), 1.05)],
+    ['tracing on, 100 % sampled: CPU per request <= 1.20x tracing off', atMost(cpuRatio('tracing-100', 'tracing-off'), 1.2)],
   ];
 }
 

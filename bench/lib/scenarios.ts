@@ -368,6 +368,29 @@ export const rateLimitOver: Row = {
   },
 };
 
+/**
+ * The over-limit row alone, its Redis commands counted: what an application that stays over its
+ * limit costs the store (the bound of docs/rate-limits.md), beside the 429s it was answered.
+ */
+export const rateLimitOverCommands: Row = {
+  id: 'rate-limit-over-commands',
+  title: `tokengate, rate limited route at 3x its limit (${OVER_LIMIT_RATE.toLocaleString('en')} req/s), Redis commands counted`,
+  tier: rateLimitedTokengate,
+  rate: OVER_LIMIT_RATE,
+  connections: 10,
+  async traffic(bench, tier) {
+    await (await fetch(`${tier.url}${OVER_LIMIT}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
+    bench.results.rateLimitOver = { commands: -(await commandsExecuted(bench.redis.store.backend)), seconds: 0, refused: 0 };
+    return { request: { ...bench.me, path: OVER_LIMIT }, expectedStatus: [200, 429] };
+  },
+  async finish(bench, _tier, result) {
+    const counted = bench.results.rateLimitOver!;
+    counted.commands += await commandsExecuted(bench.redis.store.backend);
+    counted.seconds = result.load.seconds;
+    counted.refused = result.load.statuses['429'] ?? 0;
+  },
+};
+
 /** The under-limit row alone, its Redis commands counted: what the leases cost the store. */
 export const rateLimitCommands: Row = {
   id: 'rate-limit-commands',
@@ -385,3 +408,33 @@ export const rateLimitCommands: Row = {
     bench.results.rateLimitCommandsPer1k = (commands * 1000) / result.load.requests;
   },
 };
+
+// Tracing: the cached-token row with tracing off (no SDK loaded) and on at three sampling ratios.
+
+/** The receiver every traced tokengate exports to, on the load generator's core. */
+function collectorTier(bench: Bench): Promise<Tier> {
+  return bench.shared('collector', () => startNodeServer(bench.group, 'collector', 'load', 'bench/servers/collector.mjs', [])) as Promise<Tier>;
+}
+
+function tracedRow(id: string, title: string, ratio: number | null): Row {
+  return {
+    id,
+    title,
+    tier: (bench) =>
+      bench.shared(id, async () => {
+        const tracing = ratio === null ? undefined : { endpoint: (await collectorTier(bench)).url, ratio };
+        return startTokengate(bench.group, {
+          name: id,
+          placement: 'tier',
+          config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, tracing },
+          nodeFlags: bench.settings.nodeFlags,
+          profileDir: null,
+        });
+      }),
+  };
+}
+
+export const tracingOff = tracedRow('tracing-off', 'tokengate, cached token, tracing off (no SDK loaded)', null);
+export const tracingUnsampled = tracedRow('tracing-unsampled', 'tokengate, cached token, tracing on, 0 % sampled', 0);
+export const tracingTenth = tracedRow('tracing-10', 'tokengate, cached token, tracing on, 10 % sampled', 0.1);
+export const tracingAll = tracedRow('tracing-100', 'tokengate, cached token, tracing on, 100 % sampled', 1);

@@ -5,6 +5,7 @@ import { isMetadataClientId } from '../client-metadata/client-id.js';
 import { TokengateError } from '../errors.js';
 import { clientSecretDigest } from '../issuer/client-auth.js';
 import { resourceRegistry } from '../resource/registry.js';
+import { deleteApplicationAndTokens } from '../store/deletions.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { readApplicationInput, readApplicationPatch } from './validate.js';
 
@@ -55,7 +56,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       createdAt: Date.now(),
       ...(input.resources.length > 0 ? { resources: input.resources } : {}),
     };
-    await context.store.putApplication(application);
+    await context.store.applications.put(application);
     request.log.info({ clientId: application.clientId, confidential: application.confidential }, 'application created');
     // The only time the secret is shown: the store keeps its digest alone.
     const { client_id, ...rest } = view(application);
@@ -63,17 +64,17 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
   });
 
   scope.get('/applications', async function listApplications() {
-    const applications = await context.store.listApplications();
+    const applications = await context.store.applications.list();
     return { applications: applications.sort((a, b) => a.createdAt - b.createdAt).map(view) };
   });
 
   scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
     const { clientId } = request.params;
     const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, context.config.rateLimits);
-    const application = await context.store.getApplication(clientId);
+    const application = await context.store.applications.get(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const updated: ApplicationRecord = { ...application, ...patch };
-    await context.store.putApplication(updated);
+    await context.store.applications.put(updated);
     request.log.info({ clientId, fields: Object.keys(patch) }, 'application updated');
     return view(updated);
   });
@@ -92,7 +93,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
 
   scope.delete<{ Params: { clientId: string } }>('/applications/:clientId', async function deleteApplication(request) {
     const { clientId } = request.params;
-    if (!(await context.store.deleteApplication(clientId))) {
+    if (!(await deleteApplicationAndTokens(context.store, clientId))) {
       throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     }
     request.log.info({ clientId }, 'application deleted, its tokens revoked');
@@ -107,7 +108,7 @@ async function tierOf(context: TokengateContext, clientId: string): Promise<stri
     if (entry === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No entry of the client metadata list allows this client_id.' });
     return entry.rateLimit ?? null;
   }
-  const application = await context.store.getApplication(clientId);
+  const application = await context.store.applications.get(clientId);
   if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
   return application.rateLimit ?? null;
 }

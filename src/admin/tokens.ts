@@ -6,7 +6,8 @@ export function registerTokenRoutes(scope: FastifyInstance, context: TokengateCo
   /** Every access and refresh token of one user (all applications) or of one application (all users). */
   scope.post('/tokens/revoke', async function revokeTokens(request) {
     const target = readRevocationTarget(request.body);
-    const revoked = 'userId' in target ? await context.store.revokeUserTokens(target.userId) : await context.store.revokeClientTokens(target.clientId);
+    const revoked =
+      'userId' in target ? await context.store.tokens.revokeUserTokens(target.userId) : await context.store.tokens.revokeClientTokens(target.clientId);
     request.log.info({ ...target, revoked }, 'tokens revoked by the operator');
     return { revoked };
   });

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
 import { hashPassword } from '../issuer/passwords.js';
+import { deleteUserAndTokens } from '../store/deletions.js';
 import type { UserRecord } from '../store/store.js';
 import { readUserInput } from './validate.js';
 
@@ -21,7 +22,7 @@ export function registerUserRoutes(scope: FastifyInstance, context: TokengateCon
   scope.post('/users', async function createUser(request, reply) {
     const input = readUserInput(request.body);
     const user: UserRecord = { id: randomUUID(), email: input.email, passwordHash: await hashPassword(input.password), createdAt: Date.now() };
-    if (!(await context.store.createUser(user))) {
+    if (!(await context.store.users.create(user))) {
       throw new TokengateError('CONFLICT', { description: 'A user with this e-mail address already exists.' });
     }
     request.log.info({ userId: user.id }, 'user created');
@@ -29,13 +30,13 @@ export function registerUserRoutes(scope: FastifyInstance, context: TokengateCon
   });
 
   scope.get('/users', async function listUsers() {
-    const users = await context.store.listUsers();
+    const users = await context.store.users.list();
     return { users: users.sort((a, b) => a.createdAt - b.createdAt).map(view) };
   });
 
   scope.delete<{ Params: { id: string } }>('/users/:id', async function deleteUser(request) {
     const { id } = request.params;
-    if (!(await context.store.deleteUser(id))) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No user has this id.' });
+    if (!(await deleteUserAndTokens(context.store, id))) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No user has this id.' });
     request.log.info({ userId: id }, 'user deleted, their tokens revoked');
     return { id, deleted: true };
   });

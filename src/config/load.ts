@@ -9,6 +9,7 @@ import { checkRateLimits } from '../ratelimit/config-checks.js';
 import { checkClientMetadata } from '../client-metadata/config-checks.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
+import { tracingSettings } from '../tracing/settings.js';
 import { isBearerToken } from '../http/bearer.js';
 import { decodeTagKey } from '../token/token-value.js';
 
@@ -83,7 +84,7 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   // a section too broken to check semantically has already been reported above.
   try {
     const reported = new Set(problems.map((problem) => problem.path));
-    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven)) if (!reported.has(problem.path)) problems.push(problem);
+    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven, env)) if (!reported.has(problem.path)) problems.push(problem);
   } catch {
     // the shape errors above say what to fix first
   }
@@ -163,7 +164,7 @@ function urlGiven(raw: unknown): boolean {
   return typeof store === 'object' && store !== null && (store as { url?: unknown }).url !== undefined;
 }
 
-function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
+function checkSemantics(config: Config, storeUrlGiven: boolean, env: Environment): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   for (const [section, listener] of [
     ['server', config.server],
@@ -194,6 +195,7 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
     });
   }
   problems.push(...checkStore(config.store, storeUrlGiven));
+  problems.push(...tracingSettings(config.tracing, env).problems);
   if (config.issuer.tokenTagKey !== '') {
     try {
       decodeTagKey(config.issuer.tokenTagKey);

@@ -9,6 +9,7 @@ import type { GatewayRoute } from '../gateway/route-table.js';
 import { createListenerGuard } from '../http/listener-limits.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
+import type { RequestTrace } from '../tracing/index.js';
 import { originalRequestReader } from './original-request.js';
 import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
 
@@ -83,28 +84,32 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
   guard.attachServer(server);
 
+  const tracing = context.tracing;
+
   function decide(request: IncomingMessage, response: ServerResponse): void {
     const started = performance.now();
+    // The server span continues the trace context the ingress passed on (Envoy, Traefik, Caddy send the client's).
+    const trace = tracing === null ? null : tracing.startRequest('decisions', request.method!, request.headers);
     const sentId = request.headers[requestIdHeader];
     const requestId = typeof sentId === 'string' && sentId !== '' ? sentId : nextRequestId();
     const original = readOriginalRequest(request);
-    if (isDenial(original)) return refuse(request, response, original, false, requestId, started);
+    if (isDenial(original)) return refuse(request, response, original, false, requestId, started, trace);
     // 0. where. The header count is not checked: the ingress builds both the check request and
     // the request the upstream receives, so the check request's fields say nothing about the latter.
     const located = locate(gateway.table, original.method, original.target, 0, 0);
     const withBody = original.endpoint === 'authRequest';
-    if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started);
+    if (isDenial(located)) return refuse(request, response, located, withBody, requestId, started, trace);
     // 1-5. extract -> verify -> prove -> authorize -> meter, with the route as an ingress applies
     // it (no body, no query token unless allowed; the original request is the DPoP proof's subject).
     const route = located.route.throughIngress;
-    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original);
+    const checked = check(context, { route, path: located.path, query: located.query }, original, null, 0, original, trace);
     if (checked instanceof Promise) {
       checked.then(
-        (outcome) => answer(request, response, route, outcome, withBody, requestId, started),
-        (error: unknown) => fail(response, error, requestId),
+        (outcome) => answer(request, response, route, outcome, withBody, requestId, started, trace),
+        (error: unknown) => fail(response, error, requestId, trace),
       );
     } else {
-      answer(request, response, route, checked, withBody, requestId, started);
+      answer(request, response, route, checked, withBody, requestId, started, trace);
     }
   }
 
@@ -116,8 +121,9 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     withBody: boolean,
     requestId: string,
     started: number,
+    trace: RequestTrace | null,
   ): void {
-    if (isDenial(checked)) return refuse(request, response, checked, withBody, requestId, started);
+    if (isDenial(checked)) return refuse(request, response, checked, withBody, requestId, started, trace);
     const { token } = checked;
     const headers = rules.identity(token, requestId);
     // Every identity header, empty when it does not apply: an ingress that copies only the
@@ -126,21 +132,31 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
     checked.admission?.appendFields(headers);
     const reusable = reusableSeconds(route, checked, request.headers.dpop);
     if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable));
+    // The check's span, for an ingress that puts it on the request it forwards (the resource service's spans then hang under it).
+    trace?.answerWith(headers);
     headers.push('cache-control', 'no-store', 'content-length', '0');
     response.writeHead(200, headers);
     response.end();
     const elapsedMs = performance.now() - started;
     route.decisionAllowed.inc();
     route.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId);
+    requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId, trace ?? undefined);
   }
 
   /** `withBody`: the answer goes to nginx, which drops its body; the body goes in a header too. */
-  function refuse(request: IncomingMessage, response: ServerResponse, denial: Denial, withBody: boolean, requestId: string, started: number): void {
+  function refuse(
+    request: IncomingMessage,
+    response: ServerResponse,
+    denial: Denial,
+    withBody: boolean,
+    requestId: string,
+    started: number,
+    trace: RequestTrace | null,
+  ): void {
     const elapsedMs = performance.now() - started;
     denial.decisionCount.inc();
     denial.decisionDuration.observe(elapsedMs / 1000);
-    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId);
+    requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId, trace ?? undefined);
     // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
     if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');
     const cache = withBody ? refusalHeaders.withBody : refusalHeaders.plain;
@@ -155,8 +171,9 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   }
 
   // A store error is a denial (503); anything else is a bug, answered as the public listener's error handler answers it.
-  function fail(response: ServerResponse, error: unknown, requestId: string): void {
+  function fail(response: ServerResponse, error: unknown, requestId: string, trace: RequestTrace | null): void {
     log.error({ err: error, reqId: requestId }, 'unhandled error');
+    trace?.end(internal.status, UNROUTED, undefined, null, 'internal');
     response.writeHead(internal.status, { ...internal.headers, [requestIdHeader]: requestId });
     response.end(internal.body);
   }

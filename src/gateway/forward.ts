@@ -13,6 +13,7 @@ import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';
 import type { HeaderRules } from './upstream-headers.js';
 import { Pool } from './upstream-pool.js';
+import type { ChildSpan } from '../tracing/index.js';
 
 /** One upstream of one route, compiled at start; requests only read it. */
 export interface ForwardTarget {
@@ -121,7 +122,10 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader);
+    const headers = rules.request(raw, token, request.id, bodyLength);
+    // A recorded request's upstream call is its client span, whose context the upstream receives; any other forwards the client's as it came.
+    const upstreamSpan = request.trace?.upstream(method, target.url, headers) ?? null;
+    const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader, upstreamSpan);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a
     // removal. One listener function for every response, the handler kept on it: no closure per request.
     (response as HandledResponse)[kForwardHandler] = handler;
@@ -129,7 +133,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     const options: Dispatcher.DispatchOptions = {
       path: credential.query === '' ? path : `${path}?${credential.query}`,
       method,
-      headers: rules.request(raw, token, request.id, bodyLength),
+      headers,
       body,
       headersTimeout: target.timeoutMs,
       bodyTimeout: target.timeoutMs,
@@ -223,6 +227,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     private readonly admission: Bucket | null,
     private readonly rules: HeaderRules,
     private readonly requestIdHeader: string,
+    private readonly upstreamSpan: ChildSpan | null,
   ) {
     this.response = reply.raw;
     this.sentAfterMs = reply.elapsedTime;
@@ -265,11 +270,13 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    this.upstreamSpan?.end(undefined, this.status);
     this.response.end();
     this.target.requests.completed(this.request, this.reply, this.status, undefined, this.token);
   }
 
   onError(error: Error & { code?: string }): void {
+    this.upstreamSpan?.end(failureCode(error), this.status === 0 ? undefined : this.status);
     const response = this.response;
     const sent = response.headersSent ? response.statusCode : CLIENT_CLOSED;
     if (this.clientGone || response.destroyed || this.request.raw.destroyed) {

@@ -60,6 +60,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       },
     };
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
+    const tracing = context.tracing;
     scope.addHook('onClose', () => forwarder.close());
 
     // Node stops storing header fields past this count; one more than allowed is enough to refuse.
@@ -97,6 +98,9 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
      */
     function handleGatewayRequest(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> | undefined {
       const raw = request.raw;
+      // The server span, kept on the request: every way the request ends ends it (RouteRequests).
+      const trace = tracing === null ? null : tracing.startRequest('public', raw.method!, raw.headers);
+      if (trace !== null) request.trace = trace;
       // 0. where: the normalized path picks the route and is exactly what the upstream receives.
       const located = locate(table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
       if (isDenial(located)) return refuse(request, reply, located);
@@ -106,7 +110,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
       // 1-5. extract -> verify -> prove -> authorize -> meter: one credential, a valid token, its DPoP
       // proof where one is due, the route's resource, kind and scopes, a rate limit permit.
       // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
-      const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request);
+      const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request, trace);
       if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
       return forward(request, reply, located, checked);
     }

@@ -101,7 +101,7 @@ export function compileRouteTable<Target>(
       .map((other) => other.slice(prefix === '/' ? 1 : prefix.length + 1).split('/'));
     const decisionAllowed = config.decisions.enabled ? metrics.decisions.labels(prefix, 'allowed', 'ok') : UNCOUNTED.count;
     const decisionDuration = config.decisions.enabled ? metrics.decisionDuration.labels(prefix) : UNCOUNTED.duration;
-    const rateLimit = route.rateLimit === undefined ? null : limiter.forRoute(prefix, route.rateLimit, denials);
+    const rateLimit = route.rateLimit === undefined ? null : limiter.forRoute(prefix, route.rateLimit);
     const methods = new Set(route.methods);
     const cacheSeconds = decisionCacheSeconds(route, config.decisions);
     const forwarded = targets.user !== null || targets.application !== null;

@@ -13,5 +13,5 @@ export type FindClient = (clientId: string) => Promise<ApplicationRecord | null>
  */
 export function clientFinder(context: TokengateContext): FindClient {
   return (clientId) =>
-    context.clientMetadata !== null && isMetadataClientId(clientId) ? context.clientMetadata.client(clientId) : context.store.getApplication(clientId);
+    context.clientMetadata !== null && isMetadataClientId(clientId) ? context.clientMetadata.client(clientId) : context.store.applications.get(clientId);
 }

@@ -8,12 +8,12 @@ export type FoundToken =
 type Lookup = (context: TokengateContext, digest: string) => Promise<FoundToken | null>;
 
 const lookUpAccessToken: Lookup = async (context, digest) => {
-  const record = await context.store.getAccessToken(digest);
+  const record = await context.store.tokens.getAccessToken(digest);
   return record === null || record.expiresAt <= Date.now() ? null : { type: 'access_token', digest, record };
 };
 
 const lookUpRefreshToken: Lookup = async (context, digest) => {
-  const record = await context.store.getRefreshToken(digest);
+  const record = await context.store.tokens.getRefreshToken(digest);
   return record === null || record.expiresAt <= Date.now() ? null : { type: 'refresh_token', digest, record };
 };
 

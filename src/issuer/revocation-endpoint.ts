@@ -33,5 +33,5 @@ export function registerRevocationEndpoint(scope: FastifyInstance, context: Toke
  * tokens issued from the same grant included (RFC 7009 section 2.1: SHOULD).
  */
 function revoke(context: TokengateContext, found: FoundToken): Promise<number> {
-  return found.type === 'access_token' ? context.store.revokeAccessToken(found.digest) : context.store.revokeFamily(found.record.familyId);
+  return found.type === 'access_token' ? context.store.tokens.revokeAccessToken(found.digest) : context.store.tokens.revokeFamily(found.record.familyId);
 }

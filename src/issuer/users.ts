@@ -31,7 +31,7 @@ export function createUserSource(config: Readonly<IssuerConfig['users']>, store:
 function storeUserSource(store: Store): UserSource {
   return {
     async verify(email, password) {
-      const user = await store.findUserByEmail(email.toLowerCase());
+      const user = await store.users.findByEmail(email.toLowerCase());
       // An unknown e-mail still costs one scrypt run, so response time does not tell which
       // e-mail addresses have accounts.
       const valid = await verifyPassword(password, user?.passwordHash ?? (await decoyPasswordHash()));

@@ -57,6 +57,17 @@ export function createMetrics() {
       aggregator: 'min',
       registers,
     }),
+    traceSpansExported: new Counter({
+      name: 'tokengate_trace_spans_exported_total',
+      help: 'Spans the OTLP collector accepted (tracing on).',
+      registers,
+    }),
+    traceSpansDropped: new Counter({
+      name: 'tokengate_trace_spans_dropped_total',
+      help: 'Spans never exported, by reason: queue_full (the export queue was full), export_failed (the collector refused, failed or did not answer in time).',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     rateLimited: new Counter({
       name: 'tokengate_rate_limited_total',
       help: 'Requests refused 429 by a rate limit policy, by route, policy and reason (rate_limited or quota_exceeded), on the gateway and the decision listener.',

@@ -1,25 +1,37 @@
+import { randomBytes } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
-import type { Denial } from '../gateway/denials.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { Bucket, type Refusal } from './bucket.js';
-import type { LeaseSource } from './leases.js';
+import { leaseReach, READ_ONLY, type LeaseSource } from './lease-protocol.js';
 import { compilePolicy, type Policy } from './policies.js';
 
 /** How often the tiers of the applications seen lately are read again (a tier change reaches every sidecar within it). */
 const TIER_REFRESH_MS = 500;
+/** Store reads per second per application a sidecar served lately: its tier. */
+export const TIER_READS_PER_SECOND = 1000 / TIER_REFRESH_MS;
 /** Tiers and buckets unused this long are forgotten. */
 const IDLE_MS = 60_000;
+/** How often the buckets are swept for ended leases whose unused permits go back to the store. */
+export const SWEEP_MS = 250;
+/** How long a shutdown waits for the store to take back the permits in hand. */
+const RELEASE_WAIT_MS = 2_000;
 
 /** What a route that names a policy meters with: compiled with the route, read per request. */
 export interface RouteRateLimit {
   readonly route: string;
   readonly policy: Policy;
   readonly limiter: RateLimiter;
-  readonly rateLimited: Denial;
-  readonly quotaExceeded: Denial;
+}
+
+/** Why the meter refused a request, and what the 429 tells the client to pace itself by. */
+export interface RateRefusal {
+  readonly refusal: Refusal;
+  /** Seconds, at least 1. */
+  readonly retryAfter: number;
+  readonly policy: Policy;
 }
 
 /** One policy's remaining budget of an application, as the admin API shows it. */
@@ -54,7 +66,11 @@ export class RateLimiter {
   private readonly tiers = new Map<string, Tier>();
   private readonly loadingTiers = new Map<string, Promise<void>>();
   private readonly timer: NodeJS.Timeout;
+  private readonly sweeper: NodeJS.Timeout;
   private readonly warnedPolicies = new Set<string>();
+  /** Names this sidecar's buckets in the store's report fields; each bucket adds a number of its own. */
+  private readonly sidecar = randomBytes(6).toString('base64url');
+  private bucketsMade = 0;
 
   constructor(
     config: Pick<Config, 'rateLimits'>,
@@ -67,6 +83,8 @@ export class RateLimiter {
     this.configure(config);
     this.timer = setInterval(() => void this.refreshTiers(), TIER_REFRESH_MS);
     this.timer.unref();
+    this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
+    this.sweeper.unref();
   }
 
   /** Takes the policies of a (re)loaded config; a policy whose parameters did not change keeps its buckets. */
@@ -79,6 +97,8 @@ export class RateLimiter {
       policies.set(name, policy);
       buckets.set(policy, this.buckets.get(policy) ?? new Map());
     }
+    // The buckets of a policy that changed or went: no request takes their permits any more.
+    for (const [policy, byClient] of this.buckets) if (!buckets.has(policy)) for (const bucket of bucketsOf(byClient)) void bucket.release();
     this.policies = policies;
     this.buckets = buckets;
     this.warnedPolicies.clear();
@@ -88,18 +108,18 @@ export class RateLimiter {
     return this.policies.get(name);
   }
 
-  forRoute(route: string, policyName: string, denials: Pick<Record<Refusal, Denial>, Refusal>): RouteRateLimit {
+  forRoute(route: string, policyName: string): RouteRateLimit {
     const policy = this.policies.get(policyName);
     if (policy === undefined) throw new Error(`rate limit policy ${policyName} is not configured; the config loader refuses it`);
-    return { route, policy, limiter: this, rateLimited: denials.rate_limited, quotaExceeded: denials.quota_exceeded };
+    return { route, policy, limiter: this };
   }
 
   /**
-   * Meters one request of a verified token: its bucket when admitted, a 429 denial (with
-   * Retry-After and the RateLimit fields) when not, or a promise of either when the tier or a
-   * lease must be awaited first.
+   * Meters one request of a verified token: its bucket when admitted, the refusal (its reason,
+   * Retry-After and policy) when not, or a promise of either when the tier or a lease must be
+   * awaited first.
    */
-  admit(limit: RouteRateLimit, token: VerifiedToken): Bucket | Denial | Promise<Bucket | Denial> {
+  admit(limit: RouteRateLimit, token: VerifiedToken): Bucket | RateRefusal | Promise<Bucket | RateRefusal> {
     const tier = this.tiers.get(token.clientId);
     if (tier === undefined) return this.loadTier(token.clientId).then(() => this.admit(limit, token));
     const now = Date.now();
@@ -117,7 +137,7 @@ export class RateLimiter {
    * requests still waiting. It ends: a store with no permit left blocks the bucket (a refusal),
    * a store that does not answer puts it on its own (an answer either way).
    */
-  private async awaitPermit(limit: RouteRateLimit, bucket: Bucket, now: number): Promise<Bucket | Denial> {
+  private async awaitPermit(limit: RouteRateLimit, bucket: Bucket, now: number): Promise<Bucket | RateRefusal> {
     let at = now;
     for (;;) {
       await bucket.waitForLease(at);
@@ -162,21 +182,14 @@ export class RateLimiter {
   }
 
   private createBucket(policy: Policy, key: string): Bucket {
-    return new Bucket(key, policy, this.source, (result) => this.metrics.rateLimitLeases.inc({ policy: policy.name, result }));
+    this.bucketsMade += 1;
+    const holder = `${this.sidecar}.${this.bucketsMade}`;
+    return new Bucket(key, policy, this.source, (result) => this.metrics.rateLimitLeases.inc({ policy: policy.name, result }), holder, leaseReach(policy));
   }
 
-  private refuse(limit: RouteRateLimit, bucket: Bucket, refusal: Refusal, now: number): Denial {
-    const denial = refusal === 'rate_limited' ? limit.rateLimited : limit.quotaExceeded;
+  private refuse(limit: RouteRateLimit, bucket: Bucket, refusal: Refusal, now: number): RateRefusal {
     this.metrics.rateLimited.inc({ route: limit.route, policy: bucket.policy.name, reason: refusal });
-    return {
-      ...denial,
-      headers: {
-        ...denial.headers,
-        'retry-after': String(bucket.retryAfter(now)),
-        'ratelimit-policy': bucket.policy.policyHeader,
-        ratelimit: bucket.policy.remainingHeader(0),
-      },
-    };
+    return { refusal, retryAfter: bucket.retryAfter(now, refusal), policy: bucket.policy };
   }
 
   /** The tier of an application seen for the first time (its first request waits for this one read). */
@@ -214,14 +227,23 @@ export class RateLimiter {
     this.forgetIdleBuckets(now);
   }
 
+  private *everyBucket(): Generator<Bucket> {
+    for (const byClient of this.buckets.values()) yield* bucketsOf(byClient);
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const bucket of this.everyBucket()) bucket.sweep(now);
+  }
+
   private forgetIdleBuckets(now: number): void {
     for (const byClient of this.buckets.values()) {
       for (const [clientId, entry] of byClient) {
         if (entry instanceof Bucket) {
-          if (now - entry.usedAt > IDLE_MS) byClient.delete(clientId);
+          if (now - entry.usedAt > IDLE_MS) forget(byClient, clientId, entry);
           continue;
         }
-        for (const [userId, bucket] of entry) if (now - bucket.usedAt > IDLE_MS) entry.delete(userId);
+        for (const [userId, bucket] of entry) if (now - bucket.usedAt > IDLE_MS) forget(entry, userId, bucket);
         if (entry.size === 0) byClient.delete(clientId);
       }
     }
@@ -237,7 +259,7 @@ export class RateLimiter {
     for (const name of policies) {
       const policy = this.policies.get(name);
       if (policy === undefined) continue;
-      const answer = await this.source.lease(`ratelimit:${policy.name}:${encodeURIComponent(clientId)}`, policy, { want: 0, returned: 0, charged: 0 });
+      const answer = await this.source.lease(`ratelimit:${policy.name}:${encodeURIComponent(clientId)}`, policy, READ_ONLY);
       budgets.push({
         policy: name,
         by: policy.by,
@@ -251,7 +273,28 @@ export class RateLimiter {
     return budgets;
   }
 
-  close(): void {
+  /** Stops the timers and gives the permits in hand back to the store (waiting for it at most RELEASE_WAIT_MS). */
+  async close(): Promise<void> {
     clearInterval(this.timer);
+    clearInterval(this.sweeper);
+    const released = Promise.all(Array.from(this.everyBucket(), (bucket) => bucket.release()));
+    let timeout: NodeJS.Timeout | undefined;
+    await Promise.race([released, new Promise((resolve) => (timeout = setTimeout(resolve, RELEASE_WAIT_MS)))]);
+    clearTimeout(timeout);
   }
+}
+
+function bucketsOf(byClient: Map<string, Bucket | Map<string, Bucket>>): Bucket[] {
+  const buckets: Bucket[] = [];
+  for (const entry of byClient.values()) {
+    if (entry instanceof Bucket) buckets.push(entry);
+    else buckets.push(...entry.values());
+  }
+  return buckets;
+}
+
+/** Forgets an idle bucket, giving back what it still holds (a lease ends within a second, so it holds nothing unless the store was away). */
+function forget(map: Map<string, unknown>, name: string, bucket: Bucket): void {
+  map.delete(name);
+  void bucket.release();
 }

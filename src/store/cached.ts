@@ -2,27 +2,18 @@ import { LRUCache } from 'lru-cache';
 import type { CacheConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { VerifiedToken } from './verified-token.js';
-import {
-  StoreUnavailableError,
-  type AccessTokenRecord,
-  type ApplicationRecord,
-  type AuthorizationCodeRecord,
-  type Consumed,
-  type RefreshTokenRecord,
-  type RevocationEvent,
-  type RevocationFeed,
-  type SessionRecord,
-  type Store,
-  type UserRecord,
-} from './store.js';
+import type { Consumed } from './single-use.js';
+import { StoreUnavailableError } from './store.js';
+import type { AccessTokenRecord, IndexRevocation, RefreshTokenRecord, RevocationEvent, RevocationFeed, Tokens } from './tokens/port.js';
 
 /**
- * Puts the token cache in front of `store`; the result is itself a Store. It subscribes to
- * the revocation feed in the background: until that is up (Redis may be down at start) it
- * reads every token from the store, as it does whenever the feed is down.
+ * Puts the token cache in front of the store's token port; the result is itself the token port
+ * (`withTokens` in ./store.ts puts it in a store). It subscribes to the revocation feed in the
+ * background: until that is up (Redis may be down at start) it reads every token from the
+ * store, as it does whenever the feed is down.
  */
-export function cached(store: Store, config: CacheConfig, metrics: Metrics): CachedStore {
-  return new CachedStore(store, config, metrics);
+export function cached(tokens: Tokens, config: CacheConfig, metrics: Metrics): CachedTokens {
+  return new CachedTokens(tokens, config, metrics);
 }
 
 /**
@@ -48,9 +39,9 @@ interface PendingRead {
 }
 
 /**
- * The token store as the gateway reads it: an in-process read-through LRU cache of access
- * tokens in front of the shared store. Only getAccessToken is cached; every other method goes
- * to the store, and the revoking ones also drop here what they revoked.
+ * The tokens as the gateway reads them: an in-process read-through LRU cache of access tokens
+ * in front of the shared store's token port. Only getAccessToken is cached; the other methods
+ * go to the port, and the revoking ones also drop here what they revoked.
  *
  * - A token is answered from the cache at most `ttlSeconds` after it was read, never past its
  *   own expiry, and only while the revocation feed is up.
@@ -70,7 +61,7 @@ interface PendingRead {
  *
  * Records handed out are frozen: several requests share one cached object.
  */
-export class CachedStore implements Store {
+export class CachedTokens implements Tokens {
   private readonly valid: LRUCache<string, CachedToken>;
   /** digest -> epoch ms until which the token counts as unknown. */
   private readonly unknown: LRUCache<string, number>;
@@ -93,7 +84,7 @@ export class CachedStore implements Store {
   private readonly storeFailed;
 
   constructor(
-    private readonly store: Store,
+    private readonly tokens: Tokens,
     config: CacheConfig,
     private readonly metrics: Metrics,
   ) {
@@ -116,12 +107,8 @@ export class CachedStore implements Store {
     this.subscribed = this.subscribe();
   }
 
-  get backend(): Store['backend'] {
-    return this.store.backend;
-  }
-
   private async subscribe(): Promise<void> {
-    const unsubscribe = await this.store
+    const unsubscribe = await this.tokens
       .subscribeRevocations({
         onRevoked: (event) => this.dropRevoked(event),
         onInterrupted: () => this.setFeedUp(false),
@@ -146,11 +133,6 @@ export class CachedStore implements Store {
     await unsubscribe?.();
   }
 
-  async close(): Promise<void> {
-    await this.stop();
-    await this.store.close();
-  }
-
   /**
    * The gateway's lookup, in two halves so that a hit costs one LRU read and no promise:
    * `peek` finds the entry, `answers` says whether the cache answers for it by itself (fresh,
@@ -172,6 +154,12 @@ export class CachedStore implements Store {
   getAccessToken(digest: string): Promise<VerifiedToken | null> {
     const entry = this.valid.get(digest);
     return entry !== undefined && this.answers(entry) ? Promise.resolve(entry) : this.miss(digest, entry);
+  }
+
+  /** Whether the cache holds `digest` as a token the store did not know, a moment ago (a trace says so). */
+  knowsUnknown(digest: string): boolean {
+    const unknownUntil = this.unknown.get(digest);
+    return unknownUntil !== undefined && Date.now() < unknownUntil;
   }
 
   /** What the cache cannot answer by itself: a known-expired or known-unknown token, or a store read. */
@@ -227,7 +215,7 @@ export class CachedStore implements Store {
     const started = performance.now();
     let record: AccessTokenRecord | null;
     try {
-      record = await this.store.getAccessToken(digest);
+      record = await this.tokens.getAccessToken(digest);
     } catch (error) {
       this.storeFailed.observe((performance.now() - started) / 1000);
       if (error instanceof StoreUnavailableError) this.metrics.storeUp.set(0);
@@ -339,106 +327,47 @@ export class CachedStore implements Store {
   // Writes that change what a lookup must answer.
 
   async saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void> {
-    await this.store.saveAccessToken(digest, record);
+    await this.tokens.saveAccessToken(digest, record);
     // It may have been looked up as unknown a moment ago; that answer is void now.
     this.forget(digest);
     this.countEntries();
   }
 
   async revokeAccessToken(digest: string): Promise<number> {
-    const removed = await this.store.revokeAccessToken(digest);
+    const removed = await this.tokens.revokeAccessToken(digest);
     this.forget(digest);
     this.countEntries();
     return removed;
   }
 
   revokeFamily(familyId: string): Promise<number> {
-    return this.dropMatching(this.store.revokeFamily(familyId), (record) => record.familyId === familyId);
+    return this.dropMatching(this.tokens.revokeFamily(familyId), (record) => record.familyId === familyId);
   }
 
-  revokeUserTokens(userId: string): Promise<number> {
-    return this.dropMatching(this.store.revokeUserTokens(userId), (record) => record.userId === userId);
+  revokeUserTokens(userId: string, options?: IndexRevocation): Promise<number> {
+    return this.dropMatching(this.tokens.revokeUserTokens(userId, options), (record) => record.userId === userId);
   }
 
-  revokeClientTokens(clientId: string): Promise<number> {
-    return this.dropMatching(this.store.revokeClientTokens(clientId), (record) => record.clientId === clientId);
+  revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number> {
+    return this.dropMatching(this.tokens.revokeClientTokens(clientId, options), (record) => record.clientId === clientId);
   }
 
-  deleteApplication(clientId: string): Promise<boolean> {
-    return this.dropMatching(this.store.deleteApplication(clientId), (record) => record.clientId === clientId);
-  }
+  // The rest of the port: nothing the cache holds depends on them (a refresh token is never cached, and revoking one announces no access token).
 
-  deleteUser(id: string): Promise<boolean> {
-    return this.dropMatching(this.store.deleteUser(id), (record) => record.userId === id);
-  }
-
-  // Everything else goes straight to the store.
-
-  ping(): Promise<void> {
-    return this.store.ping();
-  }
-  putApplication(app: ApplicationRecord): Promise<void> {
-    return this.store.putApplication(app);
-  }
-  getApplication(clientId: string): Promise<ApplicationRecord | null> {
-    return this.store.getApplication(clientId);
-  }
-  listApplications(): Promise<ApplicationRecord[]> {
-    return this.store.listApplications();
-  }
-  createUser(user: UserRecord): Promise<boolean> {
-    return this.store.createUser(user);
-  }
-  getUser(id: string): Promise<UserRecord | null> {
-    return this.store.getUser(id);
-  }
-  findUserByEmail(email: string): Promise<UserRecord | null> {
-    return this.store.findUserByEmail(email);
-  }
-  listUsers(): Promise<UserRecord[]> {
-    return this.store.listUsers();
-  }
-  saveAuthorizationCode(digest: string, record: AuthorizationCodeRecord): Promise<void> {
-    return this.store.saveAuthorizationCode(digest, record);
-  }
-  consumeAuthorizationCode(digest: string): Promise<Consumed<AuthorizationCodeRecord> | null> {
-    return this.store.consumeAuthorizationCode(digest);
-  }
   saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {
-    return this.store.saveRefreshToken(digest, record);
+    return this.tokens.saveRefreshToken(digest, record);
   }
   getRefreshToken(digest: string): Promise<RefreshTokenRecord | null> {
-    return this.store.getRefreshToken(digest);
+    return this.tokens.getRefreshToken(digest);
   }
   consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null> {
-    return this.store.consumeRefreshToken(digest);
+    return this.tokens.consumeRefreshToken(digest);
   }
   revokeRefreshToken(digest: string): Promise<number> {
-    return this.store.revokeRefreshToken(digest);
+    return this.tokens.revokeRefreshToken(digest);
   }
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
-    return this.store.subscribeRevocations(feed);
-  }
-  incrementCounter(key: string, windowMs: number): Promise<number> {
-    return this.store.incrementCounter(key, windowMs);
-  }
-  decrementCounter(key: string): Promise<void> {
-    return this.store.decrementCounter(key);
-  }
-  resetCounter(key: string): Promise<void> {
-    return this.store.resetCounter(key);
-  }
-  getOrCreateSecret(name: string, candidate: string): Promise<string> {
-    return this.store.getOrCreateSecret(name, candidate);
-  }
-  saveSession(digest: string, data: SessionRecord, ttlMs: number): Promise<void> {
-    return this.store.saveSession(digest, data, ttlMs);
-  }
-  getSession(digest: string): Promise<SessionRecord | null> {
-    return this.store.getSession(digest);
-  }
-  deleteSession(digest: string): Promise<void> {
-    return this.store.deleteSession(digest);
+    return this.tokens.subscribeRevocations(feed);
   }
 }
 

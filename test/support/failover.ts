@@ -440,8 +440,8 @@ export async function lagReplicaThenFailOver(options: {
   try {
     await filler.set(options.fillerKey, 'x'.repeat(64 * 1024 * 1024));
     result = {
-      unconfirmedSave: await outcome(unconfirmed.saveAccessToken(digests[0], record)),
-      confirmedSave: await outcome(confirmed.saveAccessToken(digests[1], record)),
+      unconfirmedSave: await outcome(unconfirmed.tokens.saveAccessToken(digests[0], record)),
+      confirmedSave: await outcome(confirmed.tokens.saveAccessToken(digests[1], record)),
     };
     await master.kill();
   } finally {
@@ -449,5 +449,5 @@ export async function lagReplicaThenFailOver(options: {
     replica.resume();
   }
   await options.promoted();
-  return { ...result, afterFailover: [await confirmed.getAccessToken(digests[0]), await confirmed.getAccessToken(digests[1])] };
+  return { ...result, afterFailover: [await confirmed.tokens.getAccessToken(digests[0]), await confirmed.tokens.getAccessToken(digests[1])] };
 }

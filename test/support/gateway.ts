@@ -1,7 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import type { AccessTokenRecord, Store } from '../../src/store/store.js';
+import { withTokens, type AccessTokenRecord, type Store } from '../../src/store/store.js';
 
 /** What an upstream received, as it received it. */
 export interface Received {
@@ -97,7 +97,7 @@ export function statusOf(answer: string): number {
 /** Wraps a store, counting getAccessToken calls (the calls that would reach Redis); everything else passes through. */
 export function countingStore(store: Store): { store: Store; calls: { getAccessToken: number } } {
   const calls = { getAccessToken: 0 };
-  const counted = new Proxy(store, {
+  const counted = new Proxy(store.tokens, {
     get(target, key) {
       if (key === 'getAccessToken') {
         return (digest: string) => {
@@ -109,5 +109,5 @@ export function countingStore(store: Store): { store: Store; calls: { getAccessT
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
-  return { store: counted, calls };
+  return { store: withTokens(store, counted), calls };
 }

@@ -91,7 +91,13 @@ export async function startTokengate(label: string, options: StartOptions = {}):
     async issue(record = {}) {
       const token = tokengate.context.minter.mint();
       const now = Date.now();
-      await store.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: [...USER_TOKEN.scopes], issuedAt: now, expiresAt: now + 3_600_000, ...record });
+      await store.tokens.saveAccessToken(tokenDigest(token), {
+        ...USER_TOKEN,
+        scopes: [...USER_TOKEN.scopes],
+        issuedAt: now,
+        expiresAt: now + 3_600_000,
+        ...record,
+      });
       return token;
     },
     async close() {
@@ -118,7 +124,7 @@ export async function registerApplication(
   const clientId = `client-${randomUUID()}`;
   const clientSecret = confidential ? `secret-${randomUUID()}` : undefined;
   const redirectUri = options.redirectUri ?? 'https://app.example/callback';
-  await store.putApplication({
+  await store.applications.put({
     clientId,
     name: 'Test application',
     secretDigest: clientSecret === undefined ? null : clientSecretDigest(clientSecret),
@@ -133,7 +139,7 @@ export async function registerApplication(
 /** A user straight in the store (these tests never log in, so the hash is a placeholder). */
 export async function registerUser(store: Store): Promise<string> {
   const id = randomUUID();
-  await store.createUser({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
+  await store.users.create({ id, email: `${id}@example.com`, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
   return id;
 }
 
@@ -158,7 +164,7 @@ export async function issueAuthorizationCode(
     expiresAt: now + 600_000,
     ...overrides,
   };
-  await running.store.saveAuthorizationCode(tokenDigest(code), record);
+  await running.store.codes.save(tokenDigest(code), record);
   return { code, record };
 }
 

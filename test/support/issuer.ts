@@ -15,7 +15,7 @@ export function application(overrides: Partial<ApplicationRecord> = {}): Applica
 }
 
 export async function createUser(store: Store, id: string, email: string, password: string): Promise<void> {
-  const created = await store.createUser({ id, email: email.toLowerCase(), passwordHash: await hashPassword(password), createdAt: Date.now() });
+  const created = await store.users.create({ id, email: email.toLowerCase(), passwordHash: await hashPassword(password), createdAt: Date.now() });
   if (!created) throw new Error(`user ${email} exists already`);
 }
 

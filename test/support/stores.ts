@@ -1,4 +1,4 @@
-import type { AccessTokenRecord, Store } from '../../src/store/store.js';
+import { withTokens, type AccessTokenRecord, type Store } from '../../src/store/store.js';
 
 /**
  * The real store, whose getAccessToken reads at once but hands its answer back only on
@@ -9,7 +9,7 @@ export function holdingReads(store: Store): { store: Store; read: Promise<void>;
   const released = new Promise<void>((resolve) => (release = resolve));
   let markRead!: () => void;
   const read = new Promise<void>((resolve) => (markRead = resolve));
-  const proxy = new Proxy(store, {
+  const proxy = new Proxy(store.tokens, {
     get(target, property) {
       if (property === 'getAccessToken') {
         return async (digest: string): Promise<AccessTokenRecord | null> => {
@@ -23,5 +23,5 @@ export function holdingReads(store: Store): { store: Store; read: Promise<void>;
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
     },
   });
-  return { store: proxy, read, release };
+  return { store: withTokens(store, proxy), read, release };
 }

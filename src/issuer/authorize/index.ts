@@ -70,7 +70,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
   const issuer = config.issuer;
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
-  const throttle = new LoginThrottle(store, issuer.loginThrottle);
+  const throttle = new LoginThrottle(store.counters, issuer.loginThrottle);
   const findClient = clientFinder(context);
   const issuerUrl = new URL(issuer.issuerUrl);
   const site: Site = { serviceName: issuer.serviceName, issuerHost: issuerUrl.host, secure: issuerUrl.protocol === 'https:' };
@@ -148,9 +148,14 @@ function createAuthorizationEndpoint(context: TokengateContext) {
         });
       }
       let userId: string | null;
+      // The user source (the store, or the operator's user service over HTTP) as a span: its time, never the credentials.
+      const verifying = request.trace?.child('tokengate.users.verify') ?? null;
+      verifying?.set('tokengate.users.source', issuer.users.source);
       try {
         userId = await users.verify(email, password);
+        verifying?.end(userId === null ? 'credentials_rejected' : undefined);
       } catch (error) {
+        verifying?.end('unavailable');
         metrics.logins.inc({ outcome: 'unavailable' });
         await attempt.undecided().catch(() => {});
         throw error;
@@ -221,7 +226,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
       ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
     };
-    await store.saveAuthorizationCode(tokenDigest(code), record);
+    await store.codes.save(tokenDigest(code), record);
     return code;
   }
 }

@@ -1,5 +1,5 @@
 import type { IssuerConfig } from '../../config/schema.js';
-import type { Store } from '../../store/store.js';
+import type { Counters } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 
 /**
@@ -19,7 +19,7 @@ export class LoginThrottle {
   private readonly windowMs: number;
 
   constructor(
-    private readonly store: Store,
+    private readonly counters: Counters,
     private readonly limits: Readonly<IssuerConfig['loginThrottle']>,
   ) {
     this.windowMs = Math.max(1, limits.windowSeconds * 1000);
@@ -28,16 +28,16 @@ export class LoginThrottle {
   /** Counts the attempt; null when the address or the account is over its limit (then the password must not be checked). */
   async begin(email: string, address: string): Promise<LoginAttempt | null> {
     const addressKey = `login-address:${address}`;
-    if ((await this.store.incrementCounter(addressKey, this.windowMs)) > this.limits.maxAttemptsPerAddress) return null;
+    if ((await this.counters.increment(addressKey, this.windowMs)) > this.limits.maxAttemptsPerAddress) return null;
     // The account key is a digest: e-mail addresses do not belong in store key names.
     const accountKey = `login-account:${tokenDigest(email.toLowerCase())}`;
-    if ((await this.store.incrementCounter(accountKey, this.windowMs)) > this.limits.maxAttemptsPerAccount) return null;
+    if ((await this.counters.increment(accountKey, this.windowMs)) > this.limits.maxAttemptsPerAccount) return null;
     return {
       succeeded: async () => {
-        await Promise.all([this.store.resetCounter(accountKey), this.store.decrementCounter(addressKey)]);
+        await Promise.all([this.counters.reset(accountKey), this.counters.decrement(addressKey)]);
       },
       undecided: async () => {
-        await Promise.all([this.store.decrementCounter(accountKey), this.store.decrementCounter(addressKey)]);
+        await Promise.all([this.counters.decrement(accountKey), this.counters.decrement(addressKey)]);
       },
     };
   }

@@ -56,7 +56,7 @@ export class Sessions {
     // A value without this deployment's tag was never a session: no store call for it.
     if (value === undefined || !this.context.minter.hasValidTag(value)) return null;
     const key = tokenDigest(value);
-    const data = (await this.context.store.getSession(key)) as AuthorizeSessionData | null;
+    const data = (await this.context.store.sessions.get(key)) as AuthorizeSessionData | null;
     if (data === null || !Array.isArray(data.pending) || this.remainingMs(data) <= 0) return null;
     return { key, data };
   }
@@ -88,11 +88,11 @@ export class Sessions {
   /** Stores the session; its end stays where it was set at creation (an absolute lifetime). */
   async save(session: Session): Promise<void> {
     const remaining = this.remainingMs(session.data);
-    if (remaining > 0) await this.context.store.saveSession(session.key, session.data, remaining);
+    if (remaining > 0) await this.context.store.sessions.save(session.key, session.data, remaining);
   }
 
   async end(reply: FastifyReply, session: Session): Promise<void> {
-    await this.context.store.deleteSession(session.key);
+    await this.context.store.sessions.delete(session.key);
     reply.clearCookie(SESSION_COOKIE, { path: COOKIE_PATH });
   }
 

@@ -24,7 +24,7 @@ export const authorizationCode: GrantType = {
     // A value this deployment did not mint is refused without a store call.
     if (!context.minter.hasValidTag(code)) throw invalidCredential('authorization code');
 
-    const consumed = await context.store.consumeAuthorizationCode(tokenDigest(code));
+    const consumed = await context.store.codes.consume(tokenDigest(code));
     if (consumed === null) throw invalidCredential('authorization code');
     const { record, firstUse } = consumed;
     if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'authorization code', 'replayed');
@@ -44,20 +44,24 @@ export const authorizationCode: GrantType = {
     const audience = narrowAudience(record.audience, request.requestedResources, client.application, resourceRegistry(context.config));
     // Users kept in the store can be deleted while their code is in flight; deleting a user
     // revokes their tokens, but a code is not a token yet.
-    if (context.config.issuer.users.source === 'store' && (await context.store.getUser(record.userId)) === null) {
+    if (context.config.issuer.users.source === 'store' && (await context.store.users.get(record.userId)) === null) {
       throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
     }
-    return issueTokens(context, {
-      kind: 'user',
-      clientId: record.clientId,
-      userId: record.userId,
-      familyId: record.familyId,
-      scopes: record.scopes,
-      grantScopes: record.scopes,
-      jkt: dpopJkt,
-      bindRefreshToken: !client.application.confidential,
-      audience: audience.token,
-      grantAudience: audience.grant,
-    });
+    return issueTokens(
+      context,
+      {
+        kind: 'user',
+        clientId: record.clientId,
+        userId: record.userId,
+        familyId: record.familyId,
+        scopes: record.scopes,
+        grantScopes: record.scopes,
+        jkt: dpopJkt,
+        bindRefreshToken: !client.application.confidential,
+        audience: audience.token,
+        grantAudience: audience.grant,
+      },
+      request.trace,
+    );
   },
 };

@@ -26,14 +26,14 @@ export const refreshToken: GrantType = {
 
     // Checked before the token is spent, so that neither a client's mistake nor a thief without
     // the key costs the grant: the scope, the resources, and the DPoP key of a bound refresh token.
-    const current = await context.store.getRefreshToken(digest);
+    const current = await context.store.tokens.getRefreshToken(digest);
     if (current !== null && current.clientId === client.application.clientId) {
       narrowScopes(current.scopes, requestedScopes);
       narrowAudience(current.audience, requestedResources, client.application, registry);
       checkBinding(current.jkt, dpopJkt);
     }
 
-    const consumed = await context.store.consumeRefreshToken(digest);
+    const consumed = await context.store.tokens.consumeRefreshToken(digest);
     if (consumed === null) throw invalidCredential('refresh token');
     const { record, firstUse } = consumed;
     if (!firstUse) return refuseLeakedCredential(request, record.familyId, 'refresh token', 'replayed');
@@ -42,19 +42,23 @@ export const refreshToken: GrantType = {
     checkBinding(record.jkt, dpopJkt);
 
     const audience = narrowAudience(record.audience, requestedResources, client.application, registry);
-    return issueTokens(context, {
-      kind: 'user',
-      clientId: record.clientId,
-      userId: record.userId,
-      familyId: record.familyId,
-      scopes: narrowScopes(record.scopes, requestedScopes),
-      grantScopes: record.scopes,
-      jkt: dpopJkt,
-      // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
-      bindRefreshToken: record.jkt !== undefined,
-      audience: audience.token,
-      grantAudience: audience.grant,
-    });
+    return issueTokens(
+      context,
+      {
+        kind: 'user',
+        clientId: record.clientId,
+        userId: record.userId,
+        familyId: record.familyId,
+        scopes: narrowScopes(record.scopes, requestedScopes),
+        grantScopes: record.scopes,
+        jkt: dpopJkt,
+        // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
+        bindRefreshToken: record.jkt !== undefined,
+        audience: audience.token,
+        grantAudience: audience.grant,
+      },
+      request.trace,
+    );
   },
 };
 

@@ -14,7 +14,7 @@ export async function refuseLeakedCredential(
   what: 'authorization code' | 'refresh token',
   reason: 'replayed' | 'presented by another client',
 ): Promise<never> {
-  const revoked = await request.context.store.revokeFamily(familyId);
+  const revoked = await request.context.store.tokens.revokeFamily(familyId);
   request.log.warn({ clientId: request.client.application.clientId, familyId, revoked, reason }, `${what} ${reason}: token family revoked`);
   throw invalidCredential(what);
 }

@@ -1,0 +1,95 @@
+import type { TokenKind } from '../../token/kinds.js';
+import type { Consumed } from '../single-use.js';
+
+export interface AccessTokenRecord {
+  kind: TokenKind;
+  clientId: string;
+  /** Null for application tokens. */
+  userId: string | null;
+  scopes: string[];
+  /** Null for application tokens; otherwise the authorization code grant it descends from. */
+  familyId: string | null;
+  /** Resource identifiers the token is for (RFC 8707); absent or empty on tokens issued without resources configured. */
+  audience?: string[];
+  issuedAt: number;
+  expiresAt: number;
+  /** DPoP binding (RFC 9449 section 6): the RFC 7638 thumbprint of the key every request must prove. Absent: a Bearer token. */
+  jkt?: string;
+}
+
+export interface RefreshTokenRecord {
+  clientId: string;
+  userId: string;
+  scopes: string[];
+  familyId: string;
+  /** The grant's audience (RFC 8707), which a refresh may narrow for one access token but never widen. */
+  audience?: string[];
+  issuedAt: number;
+  expiresAt: number;
+  /** DPoP binding of a public client's refresh token: refreshing needs a proof by this key. */
+  jkt?: string;
+}
+
+/** What a revocation removed; sent to every sidecar so each drops those cache entries. */
+export interface RevocationEvent {
+  /** Digests of the access tokens removed. */
+  accessTokens: string[];
+  /** Epoch ms when the revoking store published it (revocation delay metric). */
+  publishedAt: number;
+}
+
+export interface RevocationFeed {
+  /** A revocation happened somewhere (this process or another sidecar). */
+  onRevoked(event: RevocationEvent): void;
+  /**
+   * The feed was cut (a lost Redis subscription): until onReset, revocations published
+   * elsewhere do not arrive, so a cache must not trust what it holds on its own.
+   */
+  onInterrupted(): void;
+  /**
+   * The feed was interrupted and is back (a lost Redis subscription), and the store answers
+   * commands again: revocations may have been missed, so a cache must drop everything it holds.
+   * Not before the store answers, or the cache would drop what it could still vouch for.
+   */
+  onReset(): void;
+}
+
+/**
+ * `forGood`: the user or application is gone for good (deleted), so a token of theirs saved
+ * afterwards (a grant in flight) is born revoked, as every token of a revoked family is.
+ */
+export interface IndexRevocation {
+  forGood?: boolean;
+}
+
+/**
+ * How long a revoked token family, or a deleted user's or application's tokens, stay marked so
+ * that a token of theirs saved afterwards is born revoked, counted past their last token's
+ * expiry: longer than any grant can be in flight.
+ */
+export const REVOKED_MARK_MS = 10 * 60_000;
+
+/**
+ * Access and refresh tokens, keyed by their digest, indexed by application, user and token
+ * family for revocation, and the feed that tells every sidecar what was revoked. One port, not
+ * two: both kinds live in the same indexes, and revoking a family or a user removes both.
+ */
+export interface Tokens {
+  saveAccessToken(digest: string, record: AccessTokenRecord): Promise<void>;
+  getAccessToken(digest: string): Promise<AccessTokenRecord | null>;
+  saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void>;
+  getRefreshToken(digest: string): Promise<RefreshTokenRecord | null>;
+  /** Atomic single use, as authorization codes: rotation and reuse detection. */
+  consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null>;
+
+  /** Each revoke* removes the tokens and publishes a RevocationEvent. They return how many went. */
+  revokeAccessToken(digest: string): Promise<number>;
+  revokeRefreshToken(digest: string): Promise<number>;
+  /** A family revoked is revoked for good: a token of it saved later is born revoked. */
+  revokeFamily(familyId: string): Promise<number>;
+  revokeUserTokens(userId: string, options?: IndexRevocation): Promise<number>;
+  revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number>;
+
+  /** Starts delivering revocations from every sidecar. Resolves with an unsubscribe function. */
+  subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>>;
+}
