@@ -83,7 +83,7 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     const record = { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 600_000 };
     // Eight at once, as a sidecar's clients send them: they share one connection, where each
     // replica wait that runs out holds up the ones behind it.
-    const save = () => Promise.all(Array.from({ length: 8 }, () => store.saveAccessToken(randomBytes(32).toString('hex'), record)));
+    const save = () => Promise.all(Array.from({ length: 8 }, () => store.tokens.saveAccessToken(randomBytes(32).toString('hex'), record)));
     /** How long after the promotion the first eight writes were all taken; the first are sent when every sentinel names the new master. */
     const failOverTo = async (successor: RedisNode) => {
       await sentinel.failOver();
