@@ -18,11 +18,13 @@ export const UNIT = [
   'test/properties/dpop.test.ts',
   'test/properties/interim-answers.test.ts',
   'test/properties/scope-and-resource.test.ts',
+  'test/rate-limits-model.test.ts',
 ];
 
 /** Set-ups of their own: Redis Clusters and Sentinels, nginx and Caddy, a browser, Prometheus, a fresh copy of the repository. */
 export const SYSTEM = [
   'test/alert-rules.test.ts',
+  'test/chaos-soak.test.ts',
   'test/deployment-examples.test.ts',
   'test/dpop.test.ts',
   'test/e2e-browser.test.ts',
@@ -37,6 +39,7 @@ export const SYSTEM = [
   'test/store-contract.test.ts',
   'test/store-door.test.ts',
   'test/topologies.test.ts',
+  'test/tracing-ingress.test.ts',
 ];
 
 export default defineConfig({
