@@ -4,7 +4,7 @@ import type { Duplex } from 'node:stream';
 import { rawErrorResponse, TokengateError } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { ignore, type Closing } from './closing.js';
-import type { ListenerLimits, ListenerName } from './guard.js';
+import type { ListenerLimits, ListenerName } from './limits.js';
 
 /**
  * An answer the HTTP layer writes itself (a malformed or timed-out request, CONNECT) waits for

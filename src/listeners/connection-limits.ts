@@ -2,7 +2,7 @@ import { isIPv4, isIPv6, type Socket } from 'node:net';
 import { rawErrorResponse, TokengateError } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { ignore, type Closing } from './closing.js';
-import type { ListenerLimits, ListenerName } from './guard.js';
+import type { ListenerLimits, ListenerName } from './limits.js';
 
 /**
  * `maxConnections` open at once, `maxConnectionsPerAddress` from one client address: one more is

@@ -6,6 +6,9 @@ import type { Metrics } from '../observability/metrics.js';
 import { createAnswerOrder, type AnswerOrder } from './answer-order.js';
 import { createClosing, ignore, type Closing } from './closing.js';
 import { createConnectionLimits, type ConnectionLimits } from './connection-limits.js';
+import type { ListenerLimits, ListenerName } from './limits.js';
+
+export type { ListenerLimits, ListenerName };
 
 /**
  * What one client can hold on a listener, and how the answers the HTTP layer gives on its own
@@ -16,18 +19,6 @@ import { createConnectionLimits, type ConnectionLimits } from './connection-limi
  * - Sockets: ./connection-limits.ts.
  * - Order: ./answer-order.ts.
  */
-
-export type ListenerName = 'public' | 'ops' | 'decisions';
-
-export interface ListenerLimits {
-  /** Time a client has to send a whole request, head and body. */
-  readonly requestTimeoutMs: number;
-  readonly maxConnections: number;
-  /** 0: no limit per address. */
-  readonly maxConnectionsPerAddress: number;
-  /** Methods the listener serves: the Allow header of its answer to CONNECT. */
-  readonly methods: readonly string[];
-}
 
 export interface ListenerGuard {
   /** Fastify options of the listener: its timeouts and the answer to requests node's parser refuses. `http` is the listener's own server options. */
