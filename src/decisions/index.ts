@@ -93,7 +93,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     response.end();
     const elapsedMs = performance.now() - started;
     route.decisionAllowed.inc();
-    route.decisionDuration.observe(elapsedMs / 1000);
+    route.decisionDuration.observe(elapsedMs / 1000, trace);
     requestsOf(route.prefix).record(request.method!, 200, elapsedMs, log, undefined, token, undefined, requestId, trace ?? undefined);
   }
 
@@ -109,7 +109,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   ): void {
     const elapsedMs = performance.now() - started;
     denial.decisionCount.inc();
-    denial.decisionDuration.observe(elapsedMs / 1000);
+    denial.decisionDuration.observe(elapsedMs / 1000, trace);
     requestsOf(denial.route).record(request.method!, denial.status, elapsedMs, log, denial.reason, undefined, undefined, requestId, trace ?? undefined);
     // Only a misconfigured ingress asks this way: the operator must hear of it, whatever logging.requests says.
     if (isIngressMistake(denial)) log.warn({ reason: denial.reason, reqId: requestId }, 'the ingress did not ask as the decision listener expects');

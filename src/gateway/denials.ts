@@ -332,7 +332,7 @@ export function deny(request: FastifyRequest, reply: FastifyReply, denial: Denia
  */
 export function countDenial(request: FastifyRequest, reply: FastifyReply, denial: Denial, error?: string): void {
   denial.count.inc();
-  denial.duration.observe(reply.elapsedTime / 1000);
+  denial.duration.observe(reply.elapsedTime / 1000, request.trace);
   denial.requests.completed(request, reply, denial.status, denial.reason, null, error);
 }
 

@@ -264,7 +264,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     this.status = statusCode;
     const elapsedMs = this.reply.elapsedTime;
     this.target.forwarded.inc();
-    this.target.duration.observe(elapsedMs / 1000);
+    this.target.duration.observe(elapsedMs / 1000, this.request.trace);
     this.target.upstreamDuration.observe(statusCode, (elapsedMs - this.sentAfterMs) / 1000);
     const headers = this.rules.response(rawHeaders, this.request.id);
     // An admitted request of a metered route: the fields a client paces itself by (docs/rate-limits.md).

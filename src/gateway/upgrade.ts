@@ -77,7 +77,7 @@ export function handleUpgrades(scope: FastifyInstance, rules: HeaderRules, reque
     const answered = (status: number) => {
       const elapsedMs = reply.elapsedTime;
       target.forwarded.inc();
-      target.duration.observe(elapsedMs / 1000);
+      target.duration.observe(elapsedMs / 1000, request.trace);
       target.upstreamDuration.observe(status, (elapsedMs - sentAfterMs) / 1000);
     };
     outgoing.on('upgrade', (response: IncomingMessage, upstream: Socket, upstreamHead: Buffer) => {

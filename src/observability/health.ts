@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Metrics } from './metrics.js';
+import { OPENMETRICS_CONTENT_TYPE, acceptsOpenMetrics, openMetricsOf } from './openmetrics.js';
 
 /**
  * What the primary of several workers knows of them (src/serve/): the ops listener it serves
@@ -8,8 +9,8 @@ import type { Metrics } from './metrics.js';
 export interface WorkerReports {
   /** Each expected worker, with whether it is running and its store answers. */
   readiness(): Promise<WorkerReadiness[]>;
-  /** Every worker's metrics, summed (prom-client's cluster aggregation), in the exposition format. */
-  metrics(): Promise<string>;
+  /** Every worker's metrics, summed (prom-client's cluster aggregation), in the Prometheus text format or OpenMetrics. */
+  metrics(openMetrics: boolean): Promise<string>;
 }
 
 export interface WorkerReadiness {
@@ -50,8 +51,11 @@ export async function registerHealth(ops: FastifyInstance, store: StoreProbe, me
       .send({ status: ready ? 'ready' : 'unavailable', store: driver, ...(ready ? {} : { reason: 'workers_not_ready' }), workers: fleet });
   });
 
-  ops.get('/metrics', async (_request, reply) => {
-    reply.header('content-type', metrics.registry.contentType);
-    return workers === undefined ? metrics.registry.metrics() : workers.metrics();
+  // OpenMetrics (with the duration histograms' exemplars) to a scrape that asks for it; the Prometheus text to any other.
+  ops.get('/metrics', async (request, reply) => {
+    const openMetrics = acceptsOpenMetrics(request.headers.accept);
+    reply.header('content-type', openMetrics ? OPENMETRICS_CONTENT_TYPE : metrics.registry.contentType);
+    if (workers !== undefined) return workers.metrics(openMetrics);
+    return openMetrics ? openMetricsOf(metrics.registry) : metrics.registry.metrics();
   });
 }

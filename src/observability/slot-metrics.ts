@@ -14,7 +14,21 @@ interface Exposition {
   readonly help: string;
   readonly type: 'counter' | 'histogram';
   readonly aggregator: 'sum';
-  readonly values: Array<{ labels: Record<string, string | number>; value: number; metricName?: string }>;
+  readonly values: Array<{ labels: Record<string, string | number>; value: number; metricName?: string; exemplar?: ExpositionExemplar }>;
+}
+
+/** A bucket's exemplar as prom-client writes it after the bucket line (OpenMetrics only): timestamp in seconds. */
+interface ExpositionExemplar {
+  readonly labelSet: { trace_id: string; span_id: string };
+  readonly value: number;
+  readonly timestamp: number;
+}
+
+/** What an observation's exemplar is taken from: a request's trace (src/tracing/), taken only when it is recorded. */
+export interface ExemplarTrace {
+  readonly recording: boolean;
+  readonly traceId: string;
+  readonly spanId: string;
 }
 
 export class CounterSlot {
@@ -30,17 +44,26 @@ export class HistogramSlot {
   readonly counts: Float64Array;
   sum = 0;
   count = 0;
+  /** Per bucket, the latest recorded request that fell in it (made on the first one: none without tracing). */
+  exemplars: Array<ExpositionExemplar | undefined> | null = null;
 
   constructor(private readonly bounds: readonly number[]) {
     this.counts = new Float64Array(bounds.length + 1);
   }
 
-  observe(value: number): void {
+  /** `trace`: the request's, when it has one; a recorded one becomes the bucket's exemplar. */
+  observe(value: number, trace?: ExemplarTrace | null): void {
     let index = 0;
     while (index < this.bounds.length && value > this.bounds[index]!) index += 1;
     this.counts[index]! += 1;
     this.sum += value;
     this.count += 1;
+    if (trace?.recording === true) this.keepExemplar(index, value, trace);
+  }
+
+  private keepExemplar(index: number, value: number, trace: ExemplarTrace): void {
+    const exemplars = (this.exemplars ??= new Array<ExpositionExemplar | undefined>(this.counts.length).fill(undefined));
+    exemplars[index] = { labelSet: { trace_id: trace.traceId, span_id: trace.spanId }, value, timestamp: Date.now() / 1000 };
   }
 }
 
@@ -120,11 +143,16 @@ export class SlotHistogram extends SlotMetric<HistogramSlot> {
     const values: Exposition['values'] = [];
     for (const { labels, slot } of this.entries()) {
       let cumulative = 0;
+      const exemplars = slot.exemplars;
       this.buckets.forEach((bound, index) => {
         cumulative += slot.counts[index]!;
-        values.push({ labels: { ...labels, le: bound }, value: cumulative, metricName: `${this.name}_bucket` });
+        const bucket: Exposition['values'][number] = { labels: { ...labels, le: bound }, value: cumulative, metricName: `${this.name}_bucket` };
+        if (exemplars?.[index] !== undefined) bucket.exemplar = exemplars[index];
+        values.push(bucket);
       });
-      values.push({ labels: { ...labels, le: '+Inf' }, value: slot.count, metricName: `${this.name}_bucket` });
+      const overflow: Exposition['values'][number] = { labels: { ...labels, le: '+Inf' }, value: slot.count, metricName: `${this.name}_bucket` };
+      if (exemplars?.[this.buckets.length] !== undefined) overflow.exemplar = exemplars[this.buckets.length];
+      values.push(overflow);
       values.push({ labels, value: slot.sum, metricName: `${this.name}_sum` });
       values.push({ labels, value: slot.count, metricName: `${this.name}_count` });
     }
@@ -134,6 +162,7 @@ export class SlotHistogram extends SlotMetric<HistogramSlot> {
   reset(): void {
     for (const { slot } of this.entries()) {
       slot.counts.fill(0);
+      slot.exemplars = null;
       slot.sum = 0;
       slot.count = 0;
     }
