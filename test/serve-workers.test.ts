@@ -6,6 +6,7 @@ import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '..
 import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
 import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
 import { createTestRedisStore, deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { callerTraceparent, startCollector } from './support/otlp.js';
 import { eventually } from './support/wait.js';
 
 /**
@@ -50,11 +51,13 @@ function workersConfig(workers: number | string, extra = ''): string {
   );
 }
 
-async function get(url: string): Promise<number> {
+async function get(url: string, traceparent?: string): Promise<number> {
   // A new connection per request, so the primary spreads them over the workers.
   // Right after a worker is killed, a request may get no answer (its connection was the dead
   // worker's): clients time out and try again.
-  const response = await fetch(url, { headers: { authorization: `Bearer ${token}`, connection: 'close' }, signal: AbortSignal.timeout(3_000) });
+  const headers: Record<string, string> = { authorization: `Bearer ${token}`, connection: 'close' };
+  if (traceparent !== undefined) headers.traceparent = traceparent;
+  const response = await fetch(url, { headers, signal: AbortSignal.timeout(3_000) });
   await response.arrayBuffer();
   return response.status;
 }
@@ -94,6 +97,37 @@ describe('server.workers', () => {
       expect(metrics).toMatch(/^tokengate_gateway_requests_total\{route="\/api\/public\/me",outcome="forwarded",reason="ok"\} 40$/m);
       expect(metrics).toMatch(/^tokengate_store_up 1$/m);
       expect(metrics).toMatch(/^process_resident_memory_bytes \d+/m);
+    },
+    STARTS,
+  );
+
+  it(
+    "sums the workers' duration histograms with, in OpenMetrics, each bucket's latest exemplar from any worker",
+    async () => {
+      const collector = await startCollector();
+      try {
+        serve = await startServe(workersConfig(2, `tracing:\n  enabled: true\n  endpoint: ${collector.url}\n  scheduledDelayMs: 20\n`));
+        const callers = Array.from({ length: 20 }, () => callerTraceparent(true));
+        const statuses = await Promise.all(callers.map((caller) => get(`${serve!.publicUrl}/api/public/me`, caller.traceparent)));
+        expect(statuses.every((status) => status === 200)).toBe(true);
+        // Both workers served some of them, so both have exemplars to offer.
+        await eventually(() => new Set(collector.spans.filter((span) => span.kind === 2).map((span) => span.resource['process.pid'])).size === 2, 10_000);
+
+        const open = await fetch(`${serve.opsUrl}/metrics`, { headers: { accept: 'application/openmetrics-text' } });
+        expect(open.headers.get('content-type')).toBe('application/openmetrics-text; version=1.0.0; charset=utf-8');
+        const buckets = (await open.text()).split('\n').filter((line) => line.startsWith('tokengate_gateway_request_duration_seconds_bucket{'));
+        expect(buckets).toContainEqual(expect.stringMatching(/le="\+Inf"\} 20( #|$)/));
+        const traces = buckets.flatMap((line) => /# \{trace_id="([0-9a-f]{32})"/.exec(line)?.[1] ?? []);
+        expect(traces.length).toBeGreaterThan(0);
+        const sent = new Set(callers.map((caller) => caller.traceId));
+        expect(traces.every((traceId) => sent.has(traceId))).toBe(true);
+
+        const text = await (await fetch(`${serve.opsUrl}/metrics`)).text();
+        expect(text).toMatch(/^tokengate_gateway_requests_total\{route="\/api\/public\/me",outcome="forwarded",reason="ok"\} 20$/m);
+        expect(text).not.toContain('trace_id');
+      } finally {
+        await collector.close();
+      }
     },
     STARTS,
   );

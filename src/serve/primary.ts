@@ -3,7 +3,7 @@ import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } fro
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { WorkerReadiness, WorkerReports } from '../observability/health.js';
-import { openMetricsOf } from '../observability/openmetrics.js';
+import { latestExemplars, openMetricsOf } from '../observability/openmetrics.js';
 import { isWorkerMessage, type PrimaryMessage, type WorkerMessage } from './messages.js';
 import { reloadOnChange } from './reload.js';
 import { runInstance } from './instance.js';
@@ -176,13 +176,13 @@ class WorkerFleet implements WorkerReports {
    * The metrics of every worker that serves (listening), summed. A worker starting or dying is
    * left out rather than waited for: prom-client's own cluster aggregation asks every forked
    * worker and, when one cannot answer (a replacement still loading), fails the whole scrape
-   * after 5 s. The sum carries no exemplars (prom-client's aggregation drops them).
+   * after 5 s. In OpenMetrics, a bucket's exemplar is the latest any worker has for it.
    */
   async metrics(openMetrics: boolean): Promise<string> {
     const answers = await Promise.all(this.slots.map((slot) => this.ask(slot, 'metrics?')));
     const registries = answers.flatMap((answer) => (answer?.tokengate === 'metrics' ? [answer.metrics as MetricObjectWithValues<MetricValue<string>>[]] : []));
     const summed = AggregatorRegistry.aggregate(registries);
-    return openMetrics ? openMetricsOf(summed) : summed.metrics();
+    return openMetrics ? openMetricsOf(summed, latestExemplars(registries)) : summed.metrics();
   }
 
   /** Sends `message` to every running worker. */

@@ -120,8 +120,11 @@ export class TestPrometheus {
     private readonly targetCount: number,
   ) {}
 
-  /** Scrapes `targets` (host:port of ops listeners) as job `job` every second and evaluates `ruleFiles` every second. */
-  static async start(options: { job: string; targets: string[]; ruleFiles: string[] }): Promise<TestPrometheus> {
+  /**
+   * Scrapes `targets` (host:port of ops listeners) as job `job` every second and evaluates
+   * `ruleFiles` every second. `features`: its `--enable-feature` flags (`exemplar-storage`).
+   */
+  static async start(options: { job: string; targets: string[]; ruleFiles: string[]; features?: string[] }): Promise<TestPrometheus> {
     const directory = mkdtempSync(join(tmpdir(), 'tokengate-prometheus-'));
     const config = {
       global: { scrape_interval: '1s', scrape_timeout: '1s', evaluation_interval: '1s' },
@@ -138,6 +141,7 @@ export class TestPrometheus {
         `--storage.tsdb.path=${join(directory, 'data')}`,
         `--web.listen-address=127.0.0.1:${port}`,
         '--log.level=warn',
+        ...(options.features ?? []).map((feature) => `--enable-feature=${feature}`),
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
@@ -167,6 +171,15 @@ export class TestPrometheus {
     const data = await this.api<{ resultType: string; result: InstantSample[] }>('query', { query: expr });
     if (data.resultType !== 'vector') throw new Error(`${expr}: a ${data.resultType}, not an instant vector`);
     return data.result;
+  }
+
+  /** The exemplars stored for the series `expr` selects over the last `seconds`: their labels (trace_id, span_id), value and time. */
+  async exemplars(
+    expr: string,
+    seconds = 300,
+  ): Promise<Array<{ seriesLabels: Record<string, string>; exemplars: Array<{ labels: Record<string, string>; value: string; timestamp: number }> }>> {
+    const end = Date.now() / 1000;
+    return this.api('query_exemplars', { query: expr, start: String(end - seconds), end: String(end + 60) });
   }
 
   /** The alerts pending or firing now. */
