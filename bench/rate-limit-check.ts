@@ -1,6 +1,6 @@
 import { pino } from 'pino';
 import { buildTokengate } from '../src/app.js';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { check, isDenial, locate } from '../src/gateway/check.js';
 import { compileRouteTable } from '../src/gateway/route-table.js';
 import { RouteRequests } from '../src/observability/requests.js';
@@ -10,7 +10,7 @@ import { generateTagKey, tokenDigest } from '../src/token/token-value.js';
 /**
  * `node --import tsx bench/rate-limit-check.ts` (docs/benchmarks.md): the CPU that metering adds
  * to one request's check, without the network, so that a shared, noisy machine does not drown
- * it. The cached token's check (where -> extract -> verify -> authorize) on a route without a
+ * it. The cached token's check (src/gateway/check.ts) on a route without a
  * limit, and on the same route with a policy it never reaches (plus building the RateLimit
  * fields), alternated in rounds; the medians are printed.
  */

@@ -33,6 +33,10 @@ import {
   nginxRedis,
   revocation,
   soak,
+  tracingAll,
+  tracingOff,
+  tracingTenth,
+  tracingUnsampled,
   unknownTokenFlood,
   workersNginxLru,
   workersNginxRedis,
@@ -60,6 +64,7 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
   rowsInTurns('rate-limit-commands', [rateLimitCommands]),
   rowsInTurns('rate-limit-over-commands', [rateLimitOverCommands]),
+  rowsInTurns('tracing', [tracingOff, tracingUnsampled, tracingTenth, tracingAll]),
 ];
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');

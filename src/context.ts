@@ -1,13 +1,16 @@
 import type { Logger } from 'pino';
+import { isMetadataClientId } from './client-metadata/client-id.js';
 import type { ClientMetadata } from './client-metadata/index.js';
-import type { Config } from './config/schema.js';
-import type { Dpop } from './dpop/index.js';
-import type { Metrics } from './observability/metrics.js';
-import type { RateLimiter } from './ratelimit/limiter.js';
-import type { RequestLog } from './observability/requests.js';
-import type { CachedTokens } from './store/cached.js';
-import type { Store } from './store/store.js';
-import type { TokenMinter } from './token/token-value.js';
+import type { CacheConfig, Config } from './config/schema.js';
+import { createDpop, type Dpop } from './dpop/index.js';
+import { createMetrics, type Metrics } from './observability/metrics.js';
+import { RequestLog } from './observability/requests.js';
+import { leasesFor } from './ratelimit/leases.js';
+import { RateLimiter } from './ratelimit/limiter.js';
+import { cached, type CachedTokens } from './store/cached.js';
+import { withTokens, type Store } from './store/store.js';
+import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from './token/token-value.js';
+import { startTracing, type Tracing } from './tracing/index.js';
 
 /**
  * What every part of one tokengate instance shares: built once by buildTokengate(). A reload
@@ -32,4 +35,58 @@ export interface TokengateContext {
   readonly clientMetadata: ClientMetadata | null;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
+  /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
+  readonly tracing: Tracing | null;
+}
+
+export interface CreatedContext {
+  readonly context: TokengateContext;
+  /** The token cache a cache config gives (null when off), over the opened store's tokens: a reload swaps it in. */
+  cacheFor(settings: CacheConfig): CachedTokens | null;
+  /** The opened store, its tokens read through `tokenCache` when there is one: the context's `store` with that cache. */
+  readThrough(tokenCache: CachedTokens | null): Store;
+}
+
+/**
+ * The context of one instance over an opened store. `verifiesTokens`: only the public listener
+ * verifies tokens at speed, so only a process that serves it keeps a token cache (a primary's
+ * admin API reads the store).
+ */
+export async function createContext(config: Readonly<Config>, store: Store, log: Logger, verifiesTokens: boolean): Promise<CreatedContext> {
+  const tagKey = config.issuer.tokenTagKey !== '' ? config.issuer.tokenTagKey : await store.secrets.getOrCreate('token-tag-key', generateTagKey());
+  const tagKeyBytes = decodeTagKey(tagKey);
+  const metrics = createMetrics();
+  // The store answered when it was opened (openStore pings it, and a store a caller passes in is its own).
+  metrics.storeUp.set(1);
+  const cacheFor = (settings: CacheConfig): CachedTokens | null => (settings.enabled && verifiesTokens ? cached(store.tokens, settings, metrics) : null);
+  const readThrough = (tokenCache: CachedTokens | null): Store => (tokenCache === null ? store : withTokens(store, tokenCache));
+  const cache = cacheFor(config.cache);
+  // Loaded only when on: a deployment without it never holds its code.
+  const clientMetadata = config.clientMetadataDocuments.enabled
+    ? (await import('./client-metadata/index.js')).createClientMetadata(config.clientMetadataDocuments, config.issuer, store.backend, metrics, log)
+    : null;
+  // Every process that serves requests exports its own spans (each worker of server.workers).
+  const tracing = verifiesTokens
+    ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log)
+    : null;
+  const context: TokengateContext = {
+    config,
+    store: readThrough(cache),
+    cache,
+    minter: createTokenMinter(tagKeyBytes),
+    dpop: createDpop(config.dpop, store.backend, tagKeyBytes),
+    metrics,
+    log,
+    rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
+    clientMetadata,
+    requestLog: new RequestLog(config.logging.requests),
+    tracing,
+  };
+  return { context, cacheFor, readThrough };
+}
+
+/** An application's rate limit tier: a registered one's own, or a metadata document client's from its entry of the list. */
+async function applicationTier(context: TokengateContext, clientId: string): Promise<string | null> {
+  if (context.clientMetadata !== null && isMetadataClientId(clientId)) return context.clientMetadata.tier(clientId);
+  return (await context.store.applications.get(clientId))?.rateLimit ?? null;
 }

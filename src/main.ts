@@ -5,7 +5,7 @@ import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
 import { CLIENT_METADATA_COMMANDS } from './cli/client-metadata-commands.js';
 import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
-import { ConfigError, loadConfigFile } from './config/load.js';
+import { ConfigError, loadConfigFile } from './load-config.js';
 import { configWarnings } from './config/warnings.js';
 import { StartupError } from './store/open-store.js';
 import { describeTopology, redisConnection } from './store/redis-topology.js';

@@ -547,7 +547,7 @@ describe('when the store is unreachable', () => {
   it('shows a temporarily-unavailable page (503), never a redirect or a 500', async () => {
     const { createTestRedisStore, uniquePrefix } = await import('./support/redis.js');
     const { buildTokengate } = await import('../src/app.js');
-    const { parseConfig } = await import('../src/config/load.js');
+    const { parseConfig } = await import('../src/load-config.js');
     const store = createTestRedisStore(uniquePrefix('authorize-down'), { url: 'redis://127.0.0.1:1', commandTimeoutMs: 200 });
     const config = parseConfig('issuer:\n  tokenTagKey: AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nlogging:\n  level: silent\n', 'down');
     const tokengate = await buildTokengate(config, { store });
@@ -565,7 +565,7 @@ describe('when the store is unreachable', () => {
 
 describe('configuration of the pages', () => {
   it('refuses a scope description for a scope the issuer does not know', async () => {
-    const { parseConfig } = await import('../src/config/load.js');
+    const { parseConfig } = await import('../src/load-config.js');
     expect(() => parseConfig('issuer:\n  scopes: [public]\n  scopeDescriptions:\n    admin: Do anything\n', 'pages.yaml')).toThrow(
       /issuer\.scopeDescriptions\.admin \(line 4\): "admin" is not in issuer\.scopes/,
     );

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildTokengate } from '../src/app.js';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import type { CacheConfig } from '../src/config/schema.js';
 import { createMetrics, type Metrics } from '../src/observability/metrics.js';
 import { CachedTokens, cached } from '../src/store/cached.js';

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ConfigError, parseConfig } from '../src/config/load.js';
+import { type ConfigError, parseConfig } from '../src/load-config.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { runCli } from './support/cli.js';
 import {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import type { Config } from '../src/config/schema.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { countingStore, startUpstream, type Upstream } from './support/gateway.js';

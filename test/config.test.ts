@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfigFile, parseConfig } from '../src/config/load.js';
+import { ConfigError, loadConfigFile, parseConfig } from '../src/load-config.js';
 import { configWarnings } from '../src/config/warnings.js';
 
 function problemsOf(text: string, env: Record<string, string> = {}): Array<{ path: string; message: string; line?: number }> {

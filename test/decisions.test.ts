@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { ConfigError, parseConfig } from '../src/config/load.js';
+import { ConfigError, parseConfig } from '../src/load-config.js';
 import { loggerOptions } from '../src/observability/logger.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { APPLICATION_TOKEN, countingStore, startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';

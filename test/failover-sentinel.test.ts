@@ -1,12 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { lagReplicaThenFailOver, runFailover, summarize, startFailoverSidecars } from './support/failover.js';
-import { startUpstream, type Upstream } from './support/gateway.js';
+import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
 import type { RunningTokengate } from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { uniquePrefix } from './support/redis.js';
-import { openTopologyStore, startSentinelTopology } from './support/topologies.js';
-import { eventually } from './support/wait.js';
+import type { RedisNode } from './support/redis-cluster.js';
+import { deleteTopologyPrefix, openTopologyStore, startSentinelTopology } from './support/topologies.js';
+import { eventually, sleep } from './support/wait.js';
 
 /**
  * The Sentinel master is killed under traffic through two sidecars; the sentinels promote the
@@ -71,6 +72,117 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     );
     // Both sidecars lost their subscription with the master and cleared their caches once subscribed again.
     expect(await resets()).toEqual([1, 1]);
+  });
+
+  it('takes writes at once on a server promoted again, though it had a replica when it was master before', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-back');
+    const store = await openTopologyStore(topology, prefix, { waitForReplicas: 1, commandTimeoutMs: 500 });
+    const now = Date.now();
+    const record = { ...USER_TOKEN, scopes: ['public'], issuedAt: now, expiresAt: now + 600_000 };
+    // Eight at once, as a sidecar's clients send them: they share one connection, where each
+    // replica wait that runs out holds up the ones behind it.
+    const save = () => Promise.all(Array.from({ length: 8 }, () => store.tokens.saveAccessToken(randomBytes(32).toString('hex'), record)));
+    /** How long after the promotion the first eight writes were all taken; the first are sent when every sentinel names the new master. */
+    const failOverTo = async (successor: RedisNode) => {
+      await sentinel.failOver();
+      await sentinel.waitForMaster(successor);
+      let failed = 0;
+      const promoted = Date.now();
+      let lastError: unknown;
+      while (
+        !(await save().then(
+          () => true,
+          (error: unknown) => ((lastError = error), false),
+        ))
+      ) {
+        failed += 1;
+        if (Date.now() - promoted > 30_000) throw new Error(`no write taken in 30 s after the promotion: ${String(lastError)}`);
+        await sleep(20);
+      }
+      const firstWriteAfterMs = Date.now() - promoted;
+      await sentinel.waitUntilHealthy(successor);
+      return { failed, firstWriteAfterMs };
+    };
+    try {
+      const first = await sentinel.currentMaster();
+      const second = sentinel.servers.find((server) => server !== first)!;
+      // The store learns `first` as a master with a replica in sync.
+      await save();
+      await failOverTo(second);
+      await save();
+      // Back to `first`: a new replication ID, and no replica until the sentinels turn `second`
+      // into one (up to 10 s later). Its writes go on at once, as on any promoted server.
+      const back = await failOverTo(first);
+      expect(back.firstWriteAfterMs).toBeLessThan(3_000);
+    } finally {
+      await store.close();
+      await deleteTopologyPrefix(topology, prefix);
+    }
+  });
+
+  it('connects again when a failover is announced while it is asking the sentinels where the master is', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-asking');
+    // A command timeout (the sentinels' too) longer than the whole failover: the store is still
+    // asking the frozen sentinel when the others announce it.
+    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 20_000 });
+    const victim = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== victim)!;
+    // The sentinel the store asks first (the first listed) answers nothing for now: every new
+    // connection is stuck asking it while the other two fail the master over and announce it.
+    const asked = sentinel.sentinels[0]!;
+    asked.pause();
+    try {
+      await victim.kill();
+      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+      // The announcement has reached the store's failover detector on the other two sentinels.
+      await sleep(1_000);
+    } finally {
+      asked.resume();
+    }
+    try {
+      const answering = () =>
+        store.ping().then(
+          () => true,
+          () => false,
+        );
+      await eventually(answering, 15_000);
+    } finally {
+      await store.close();
+      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+      await sentinel.waitUntilHealthy(successor);
+      await deleteTopologyPrefix(topology, prefix);
+    }
+  });
+
+  it('finds the new master through the other sentinels while the one it asks first stays frozen', { timeout: 120_000 }, async () => {
+    const { sentinel } = topology;
+    await sentinel.waitUntilHealthy();
+    const prefix = uniquePrefix('failover-sentinel-frozen');
+    const store = await openTopologyStore(topology, prefix, { commandTimeoutMs: 500 });
+    const victim = await sentinel.currentMaster();
+    const successor = sentinel.servers.find((server) => server !== victim)!;
+    const frozen = sentinel.sentinels[0]!;
+    frozen.pause();
+    try {
+      await victim.kill();
+      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+      const answering = () =>
+        store.ping().then(
+          () => true,
+          () => false,
+        );
+      await eventually(answering, 15_000);
+    } finally {
+      frozen.resume();
+      await store.close();
+      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+      await sentinel.waitUntilHealthy(successor);
+      await deleteTopologyPrefix(topology, prefix);
+    }
   });
 
   it('acknowledges no write its replica has not confirmed: one acknowledged by the master alone is lost with it', { timeout: 60_000 }, async () => {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { ConfigError, parseConfig } from '../src/config/load.js';
+import { ConfigError, parseConfig } from '../src/load-config.js';
 import { APPLICATION_TOKEN, rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { PATH_ATTEMPTS as ATTEMPTS, PATH_ROUTES as ROUTES, type PathRouteName as RouteName } from './support/path-attempts.js';

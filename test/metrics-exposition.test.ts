@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { basicAuthorization, postForm, registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { readDocument } from './support/markdown.js';

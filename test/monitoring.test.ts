@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { rawRequest, startUpstream, statusOf, type Upstream } from './support/gateway.js';
 import { basicAuthorization, postForm, registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { parseConfig, type ConfigError } from '../src/config/load.js';
+import { parseConfig, type ConfigError } from '../src/load-config.js';
 import { MemoryStore } from '../src/store/memory.js';
 import type { RedisStore } from '../src/store/redis.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';

@@ -115,6 +115,25 @@ describe('server.workers', () => {
   );
 
   it(
+    'answers /metrics at once while a worker is replaced, with the metrics of the worker that serves',
+    async () => {
+      serve = await startServe(workersConfig(2));
+      const [first] = [...workerPids(serve.output())];
+      process.kill(first!, 'SIGKILL');
+      // The replacement is forked within 100 ms and takes seconds to load: a scrape meanwhile.
+      await eventually(() => workerPids(serve!.output()).size === 2 && serve!.output().includes('a worker exited; starting another'), 15_000);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const started = performance.now();
+      const response = await fetch(`${serve.opsUrl}/metrics`);
+      const text = await response.text();
+      expect({ status: response.status, fast: performance.now() - started < 2_000 }).toEqual({ status: 200, fast: true });
+      // The serving worker's own metrics, not an empty page.
+      expect(text).toMatch(/^tokengate_store_up 1$/m);
+    },
+    STARTS,
+  );
+
+  it(
     'drains every worker on SIGTERM, then the primary exits 0',
     async () => {
       serve = await startServe(workersConfig(2));

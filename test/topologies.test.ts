@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseConfig } from '../src/config/load.js';
+import { parseConfig } from '../src/load-config.js';
 import { openStore } from '../src/store/open-store.js';
 import { slotOf } from '../src/store/redis-feed.js';
 import type { Store } from '../src/store/store.js';

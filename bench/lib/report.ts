@@ -197,6 +197,9 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
       atMost(cpuRatio('rate-limit-under', 'rate-limit-off'), 1.05),
     ],
     ['rate limited route under its limit: <= 20 Redis commands per 1,000 admitted', atMost(results.rateLimitCommandsPer1k, 20, '')],
+    ['tracing on, 0 % sampled: CPU per request <= 1.02x tracing off', atMost(cpuRatio('tracing-unsampled', 'tracing-off'), 1.02)],
+    ['tracing on, 10 % sampled: CPU per request <= 1.05x tracing off', atMost(cpuRatio('tracing-10', 'tracing-off'), 1.05)],
+    ['tracing on, 100 % sampled: CPU per request <= 1.20x tracing off', atMost(cpuRatio('tracing-100', 'tracing-off'), 1.2)],
   ];
 }
 

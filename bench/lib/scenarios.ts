@@ -410,3 +410,33 @@ export const rateLimitCommands: Row = {
     bench.results.rateLimitCommandsPer1k = (commands * 1000) / result.load.requests;
   },
 };
+
+// Tracing: the cached-token row with tracing off (no SDK loaded) and on at three sampling ratios.
+
+/** The receiver every traced tokengate exports to, on the load generator's core. */
+function collectorTier(bench: Bench): Promise<Tier> {
+  return bench.shared('collector', () => startNodeServer(bench.group, 'collector', 'load', 'bench/servers/collector.mjs', [])) as Promise<Tier>;
+}
+
+function tracedRow(id: string, title: string, ratio: number | null): Row {
+  return {
+    id,
+    title,
+    tier: (bench) =>
+      bench.shared(id, async () => {
+        const tracing = ratio === null ? undefined : { endpoint: (await collectorTier(bench)).url, ratio };
+        return startTokengate(bench.group, {
+          name: id,
+          placement: 'tier',
+          config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, tracing },
+          nodeFlags: bench.settings.nodeFlags,
+          profileDir: null,
+        });
+      }),
+  };
+}
+
+export const tracingOff = tracedRow('tracing-off', 'tokengate, cached token, tracing off (no SDK loaded)', null);
+export const tracingUnsampled = tracedRow('tracing-unsampled', 'tokengate, cached token, tracing on, 0 % sampled', 0);
+export const tracingTenth = tracedRow('tracing-10', 'tokengate, cached token, tracing on, 10 % sampled', 0.1);
+export const tracingAll = tracedRow('tracing-100', 'tokengate, cached token, tracing on, 100 % sampled', 1);

@@ -1,4 +1,4 @@
-import { loadConfigFile } from '../config/load.js';
+import { loadConfigFile } from '../load-config.js';
 import { ADMIN_PREFIX } from '../admin/paths.js';
 import { CommandError } from './command.js';
 

@@ -2,11 +2,8 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { Value, type ValueError } from '@sinclair/typebox/value';
 import { LineCounter, parseDocument, isNode, type Document } from 'yaml';
-import type { ConfigProblem } from './problem.js';
+import type { ConfigCheck, ConfigProblem, Environment } from './problem.js';
 import { ConfigSchema, type Config } from './schema.js';
-import { checkResources } from '../resource/config-checks.js';
-import { checkRateLimits } from '../ratelimit/config-checks.js';
-import { checkClientMetadata } from '../client-metadata/config-checks.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
@@ -33,24 +30,36 @@ function formatProblems(file: string, problems: ConfigProblem[]): string {
   return `${file} has ${count}:\n${lines.join('\n')}`;
 }
 
-export type Environment = Readonly<Record<string, string | undefined>>;
+export type { Environment };
 
-/** Reads, substitutes, validates and freezes a config file. Throws ConfigError. */
-export function loadConfigFile(file: string, env: Environment = process.env): Readonly<Config> {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the file does not exist' : `the file cannot be read (${(error as Error).message})`;
-    throw new ConfigError(file, [
-      { path: '', message: `${reason}; pass an existing YAML file with --config (config/tokengate.yaml is the documented default)` },
-    ]);
-  }
-  return parseConfig(text, file, env);
+export interface ConfigLoader {
+  /** Reads, substitutes, validates and freezes a config file. Throws ConfigError. */
+  loadConfigFile(file: string, env?: Environment): Readonly<Config>;
+  /** Same as loadConfigFile for text already in memory; `file` names it in messages. */
+  parseConfig(text: string, file: string, env?: Environment): Readonly<Config>;
 }
 
-/** Same as loadConfigFile for text already in memory; `file` names it in messages. */
-export function parseConfig(text: string, file: string, env: Environment = process.env): Readonly<Config> {
+/** The loader, with the checks of the rooms above config/ (src/load-config.ts composes them). */
+export function configLoader(roomChecks: readonly ConfigCheck[]): ConfigLoader {
+  const parseConfig = (text: string, file: string, env: Environment = process.env) => parseConfigText(text, file, env, roomChecks);
+  return {
+    parseConfig,
+    loadConfigFile(file, env = process.env) {
+      let text: string;
+      try {
+        text = readFileSync(file, 'utf8');
+      } catch (error) {
+        const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'the file does not exist' : `the file cannot be read (${(error as Error).message})`;
+        throw new ConfigError(file, [
+          { path: '', message: `${reason}; pass an existing YAML file with --config (config/tokengate.yaml is the documented default)` },
+        ]);
+      }
+      return parseConfig(text, file, env);
+    },
+  };
+}
+
+function parseConfigText(text: string, file: string, env: Environment, roomChecks: readonly ConfigCheck[]): Readonly<Config> {
   const lineCounter = new LineCounter();
   const document = parseDocument(text, { lineCounter, prettyErrors: true, uniqueKeys: true });
   if (document.errors.length > 0) {
@@ -83,7 +92,7 @@ export function parseConfig(text: string, file: string, env: Environment = proce
   // a section too broken to check semantically has already been reported above.
   try {
     const reported = new Set(problems.map((problem) => problem.path));
-    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven)) if (!reported.has(problem.path)) problems.push(problem);
+    for (const problem of checkSemantics(withDefaults as Config, storeUrlGiven, roomChecks, env)) if (!reported.has(problem.path)) problems.push(problem);
   } catch {
     // the shape errors above say what to fix first
   }
@@ -163,7 +172,26 @@ function urlGiven(raw: unknown): boolean {
   return typeof store === 'object' && store !== null && (store as { url?: unknown }).url !== undefined;
 }
 
-function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[] {
+function checkSemantics(config: Config, storeUrlGiven: boolean, roomChecks: readonly ConfigCheck[], env: Environment): ConfigProblem[] {
+  const problems = [...checkListeners(config), ...checkAdminToken(config)];
+  if (config.server.workers !== 1 && config.store.driver === 'memory') {
+    problems.push({
+      path: 'server.workers',
+      message: `${JSON.stringify(config.server.workers)} workers would each keep their own memory store (a token issued by one unknown to the others): set store.driver: redis, or server.workers: 1`,
+    });
+  }
+  problems.push(
+    ...checkStore(config.store, storeUrlGiven),
+    ...checkIssuer(config),
+    ...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled, decisionsEnabled: config.decisions.enabled }),
+    ...checkGatewayHeaders(config.gateway),
+  );
+  for (const check of roomChecks) problems.push(...check(config, env));
+  return problems;
+}
+
+/** The listeners' hosts, and no two of them on one address and port. */
+function checkListeners(config: Config): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
   for (const [section, listener] of [
     ['server', config.server],
@@ -173,6 +201,24 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
     if (!isHost(listener.host))
       problems.push({ path: `${section}.host`, message: `expected a host name or IP address to listen on, got ${JSON.stringify(listener.host)}` });
   }
+  if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
+    problems.push({ path: 'admin.port', message: "the ops listener cannot share the public listener's address and port" });
+  }
+  if (config.decisions.enabled && config.decisions.port !== 0) {
+    for (const [name, listener] of [
+      ['public', config.server],
+      ['ops', config.admin],
+    ] as const) {
+      if (config.decisions.port === listener.port && config.decisions.host === listener.host) {
+        problems.push({ path: 'decisions.port', message: `the decision listener cannot share the ${name} listener's address and port` });
+      }
+    }
+  }
+  return problems;
+}
+
+function checkAdminToken(config: Config): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
   if (config.admin.token === '' && !isLoopback(config.admin.host)) {
     problems.push({
       path: 'admin.token',
@@ -187,13 +233,11 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
       message: 'must be sendable as a bearer token: letters, digits and - . _ ~ + /, optionally ending in = (e.g. openssl rand -base64 32)',
     });
   }
-  if (config.server.workers !== 1 && config.store.driver === 'memory') {
-    problems.push({
-      path: 'server.workers',
-      message: `${JSON.stringify(config.server.workers)} workers would each keep their own memory store (a token issued by one unknown to the others): set store.driver: redis, or server.workers: 1`,
-    });
-  }
-  problems.push(...checkStore(config.store, storeUrlGiven));
+  return problems;
+}
+
+function checkIssuer(config: Config): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
   if (config.issuer.tokenTagKey !== '') {
     try {
       decodeTagKey(config.issuer.tokenTagKey);
@@ -225,26 +269,6 @@ function checkSemantics(config: Config, storeUrlGiven: boolean): ConfigProblem[]
   if (config.issuer.users.source === 'http' && !/^https?:\/\//.test(config.issuer.users.url)) {
     problems.push({ path: 'issuer.users.url', message: 'users.source is http, so users.url must be an http(s) URL' });
   }
-  if (config.server.port !== 0 && config.server.port === config.admin.port && config.server.host === config.admin.host) {
-    problems.push({ path: 'admin.port', message: "the ops listener cannot share the public listener's address and port" });
-  }
-  if (config.decisions.enabled && config.decisions.port !== 0) {
-    for (const [name, listener] of [
-      ['public', config.server],
-      ['ops', config.admin],
-    ] as const) {
-      if (config.decisions.port === listener.port && config.decisions.host === listener.host) {
-        problems.push({ path: 'decisions.port', message: `the decision listener cannot share the ${name} listener's address and port` });
-      }
-    }
-  }
-  problems.push(
-    ...checkRoutes(config.routes, { issuerEnabled: config.issuer.enabled, decisionsEnabled: config.decisions.enabled }),
-    ...checkGatewayHeaders(config.gateway),
-    ...checkResources(config),
-    ...checkRateLimits(config),
-    ...checkClientMetadata(config),
-  );
   return problems;
 }
 

@@ -10,7 +10,7 @@ const closed = <T extends Parameters<typeof Type.Object>[0]>(properties: T, desc
 
 const Seconds = (defaultValue: number, description: string, minimum = 0) => Type.Integer({ minimum, default: defaultValue, description });
 /** Node's timers hold a signed 32-bit delay: a longer one fires at once instead (with a warning). */
-const LONGEST_TIMER_MS = 2_147_483_647;
+export const LONGEST_TIMER_MS = 2_147_483_647;
 const Milliseconds = (defaultValue: number, description: string, minimum = 1) =>
   Type.Integer({ minimum, maximum: LONGEST_TIMER_MS, default: defaultValue, description });
 /** lru-cache allocates its index arrays for the whole capacity at start: a billion entries is an out-of-memory crash, not a cache. */
@@ -433,6 +433,51 @@ export const LoggingSchema = closed({
   ),
 });
 
+export const TracingSchema = closed({
+  enabled: Type.Boolean({
+    default: false,
+    description:
+      'Export OpenTelemetry traces over OTLP/HTTP: a server span per request on the public and decision listeners, child spans where time goes (docs/tracing.md). Off: no tracing code is loaded. OTEL_TRACES_EXPORTER=otlp turns it on, OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none off.',
+  }),
+  serviceName: Type.String({ minLength: 1, default: 'tokengate', description: '`service.name` of the spans (OTEL_SERVICE_NAME wins).' }),
+  resourceAttributes: Type.Record(Type.String({ minLength: 1 }), Type.String(), {
+    default: {},
+    description: 'More resource attributes (`deployment.environment.name: prod`); OTEL_RESOURCE_ATTRIBUTES adds to them and wins on a shared key.',
+  }),
+  sampler: oneOf(
+    ['parentbased_traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'traceidratio', 'always_on', 'always_off'] as const,
+    'parentbased_traceidratio',
+    "Which requests are recorded, the OpenTelemetry way (OTEL_TRACES_SAMPLER wins). `parentbased_*` follows the caller's sampled flag when a traceparent arrives.",
+  ),
+  samplerRatio: Type.Number({
+    minimum: 0,
+    maximum: 1,
+    default: 1,
+    description: 'Share of traces started here that are recorded, for the `*traceidratio` samplers (OTEL_TRACES_SAMPLER_ARG wins).',
+  }),
+  endpoint: Type.String({
+    default: 'http://localhost:4318',
+    description: "The collector's OTLP/HTTP base URL; spans go to `<endpoint>/v1/traces` (OTEL_EXPORTER_OTLP_ENDPOINT wins).",
+  }),
+  tracesEndpoint: Type.String({
+    default: '',
+    description: 'The full URL spans are posted to, instead of `<endpoint>/v1/traces` (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins).',
+  }),
+  protocol: oneOf(['http/protobuf', 'http/json'] as const, 'http/protobuf', 'OTLP encoding (OTEL_EXPORTER_OTLP_PROTOCOL or _TRACES_PROTOCOL wins).'),
+  headers: Type.Record(Type.String({ minLength: 1 }), Type.String(), {
+    default: {},
+    description: "Headers sent with every export, e.g. a collector's API key from the environment (OTEL_EXPORTER_OTLP_HEADERS adds to them). Never logged.",
+  }),
+  timeoutMs: Milliseconds(10_000, 'How long one export may take, retries included (OTEL_EXPORTER_OTLP_TIMEOUT or _TRACES_TIMEOUT wins).'),
+  maxQueueSize: Type.Integer({
+    minimum: 1,
+    default: 2048,
+    description: 'Spans waiting for export, at most; more are dropped and counted (OTEL_BSP_MAX_QUEUE_SIZE wins).',
+  }),
+  maxExportBatchSize: Type.Integer({ minimum: 1, default: 512, description: 'Spans per export request (OTEL_BSP_MAX_EXPORT_BATCH_SIZE wins).' }),
+  scheduledDelayMs: Milliseconds(5_000, 'Longest a finished span waits before its batch is sent (OTEL_BSP_SCHEDULE_DELAY wins).'),
+});
+
 export const ConfigSchema = Type.Object(
   {
     server: ServerSchema,
@@ -456,6 +501,7 @@ export const ConfigSchema = Type.Object(
         'Rate limit policies by name (letters, digits, `-` and `_`), for routes to name in `rateLimit` and operators to give an application as its tier.',
     }),
     logging: LoggingSchema,
+    tracing: TracingSchema,
   },
   { additionalProperties: false },
 );
@@ -468,6 +514,7 @@ export type CacheConfig = Static<typeof CacheSchema>;
 export type IssuerConfig = Static<typeof IssuerSchema>;
 export type GatewayConfig = Static<typeof GatewaySchema>;
 export type LoggingConfig = Static<typeof LoggingSchema>;
+export type TracingConfig = Static<typeof TracingSchema>;
 export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;

@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../tracing/index.js';
 import { StoreUnavailableError } from '../store/store.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import { tokenDigest } from '../token/token-value.js';
@@ -59,6 +60,7 @@ export function checkResourceProof(
   presented: PresentedToken,
   token: VerifiedToken,
   subject: ProofSubject,
+  trace: RequestTrace | null = null,
 ): ProofRefusal | null | Promise<ProofRefusal | null> {
   if (presented.scheme === 'bearer') {
     if (token.jkt !== undefined) return 'dpop_token_as_bearer';
@@ -66,10 +68,17 @@ export function checkResourceProof(
   }
   if (token.jkt === undefined) return 'dpop_unbound_token';
   if (presented.proof === undefined) return 'dpop_proof_missing';
-  return verifyResourceProof(dpop, presented.proof, presented.token, token.jkt, subject);
+  return verifyResourceProof(dpop, presented.proof, presented.token, token.jkt, subject, trace);
 }
 
-async function verifyResourceProof(dpop: Dpop, proof: string, accessToken: string, jkt: string, subject: ProofSubject): Promise<ProofRefusal | null> {
+async function verifyResourceProof(
+  dpop: Dpop,
+  proof: string,
+  accessToken: string,
+  jkt: string,
+  subject: ProofSubject,
+  trace: RequestTrace | null,
+): Promise<ProofRefusal | null> {
   const verified = await verifyProof(proof, dpop.window);
   if (verified === 'invalid') return 'dpop_proof_invalid';
   if (verified === 'stale') return 'dpop_proof_stale';
@@ -78,9 +87,14 @@ async function verifyResourceProof(dpop: Dpop, proof: string, accessToken: strin
   if (verified.htm !== subject.method) return 'dpop_proof_mismatch';
   const expected = requestHtu(subject.protocol, subject.host, subject.url);
   if (expected === null || normalizeHtu(verified.htu) !== expected) return 'dpop_proof_mismatch';
+  // The replay mark is a write to the shared store: the one part of a proof check that waits on the network.
+  const mark = trace?.child('tokengate.dpop.replay_mark') ?? null;
   try {
-    return (await dpop.replay.firstUse(verified.jkt, verified.jti)) ? null : 'dpop_proof_replayed';
+    const first = await dpop.replay.firstUse(verified.jkt, verified.jti);
+    mark?.end(first ? undefined : 'dpop_proof_replayed');
+    return first ? null : 'dpop_proof_replayed';
   } catch (error) {
+    mark?.end(error instanceof StoreUnavailableError ? 'store_unavailable' : 'error');
     if (error instanceof StoreUnavailableError) return 'store_unavailable';
     throw error;
   }

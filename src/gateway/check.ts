@@ -6,6 +6,7 @@ import { isAudience } from '../resource/audience.js';
 import { Bucket } from '../ratelimit/bucket.js';
 import type { RateRefusal, RouteRateLimit } from '../ratelimit/limiter.js';
 import type { VerifiedToken } from '../store/verified-token.js';
+import type { RequestTrace } from '../tracing/index.js';
 import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
 import { extractCredential, type Credential, type CredentialSource, type ExtractionFailure } from './extract-credential.js';
@@ -72,10 +73,13 @@ export function check<Target>(
   body: Readable | null,
   bodyLimit: number,
   subject: ProofSubject,
+  trace: RequestTrace | null = null,
 ): Checked | Denial | Promise<Checked | Denial> {
   const { route } = located;
   const credential = extractCredential(route, request, located.query, body, bodyLimit);
-  return credential instanceof Promise ? credential.then((read) => verify(context, route, read, subject)) : verify(context, route, credential, subject);
+  return credential instanceof Promise
+    ? credential.then((read) => verify(context, route, read, subject, trace))
+    : verify(context, route, credential, subject, trace);
 }
 
 // 2. verify: the cache, else the tag check and one store read.
@@ -84,10 +88,13 @@ function verify<Target>(
   route: GatewayRoute<Target>,
   credential: Credential | ExtractionFailure,
   subject: ProofSubject,
+  trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof credential === 'string') return route.denials[credential];
-  const token = verifyToken(context, credential.token);
-  return token instanceof Promise ? token.then((read) => prove(context, route, credential, read, subject)) : prove(context, route, credential, token, subject);
+  const token = verifyToken(context, credential.token, trace);
+  return token instanceof Promise
+    ? token.then((read) => prove(context, route, credential, read, subject, trace))
+    : prove(context, route, credential, token, subject, trace);
 }
 
 // 3. prove: DPoP (RFC 9449 section 7.1), where the request, the token or the route calls for it.
@@ -97,20 +104,27 @@ function prove<Target>(
   credential: Credential,
   token: VerifiedToken | VerificationFailure,
   subject: ProofSubject,
+  trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof token === 'string') return route.denials[token];
-  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token);
-  const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject);
-  if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token) : route.denials[proven]));
-  return refusal === null ? authorize(route, credential, token) : route.denials[refusal];
+  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token, trace);
+  trace?.set('tokengate.dpop', credential.scheme === 'dpop');
+  const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject, trace);
+  if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token, trace) : route.denials[proven]));
+  return refusal === null ? authorize(route, credential, token, trace) : route.denials[refusal];
 }
 
 // 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
-function authorize<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken): Checked | Denial | Promise<Checked | Denial> {
+function authorize<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  trace: RequestTrace | null,
+): Checked | Denial | Promise<Checked | Denial> {
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];
-  return route.rateLimit === null ? { credential, token, admission: null } : meter(route, route.rateLimit, credential, token);
+  return route.rateLimit === null ? { credential, token, admission: null } : meter(route, route.rateLimit, credential, token, trace);
 }
 
 // 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
@@ -119,13 +133,31 @@ function meter<Target>(
   limit: RouteRateLimit,
   credential: Credential,
   token: VerifiedToken,
+  trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   const admitted = limit.limiter.admit(limit, token);
-  if (admitted instanceof Promise) return admitted.then((outcome) => metered(route, credential, token, outcome));
-  return metered(route, credential, token, admitted);
+  if (admitted instanceof Promise) {
+    // The sidecar held no permit: the request waits for a lease from the shared store.
+    const waited = trace?.child('tokengate.ratelimit.lease') ?? null;
+    return admitted.then((outcome) => {
+      waited?.end();
+      return metered(route, credential, token, outcome, trace);
+    });
+  }
+  return metered(route, credential, token, admitted, trace);
 }
 
-function metered<Target>(route: GatewayRoute<Target>, credential: Credential, token: VerifiedToken, outcome: Bucket | RateRefusal): Checked | Denial {
+function metered<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  outcome: Bucket | RateRefusal,
+  trace: RequestTrace | null,
+): Checked | Denial {
+  if (trace !== null && trace.recording) {
+    trace.set('tokengate.ratelimit.policy', outcome.policy.name);
+    trace.set('tokengate.ratelimit.outcome', outcome instanceof Bucket ? 'admitted' : outcome.refusal);
+  }
   if (outcome instanceof Bucket) return { credential, token, admission: outcome };
   // The route's compiled 429, with the fields of this refusal: when to come back, and the policy's.
   const denial = route.denials[outcome.refusal];

@@ -26,7 +26,7 @@ interface DenialSpec {
   only?: 'gateway' | 'decisions';
 }
 
-const DENIALS = {
+export const DENIALS = {
   invalid_path: { code: 'INVALID_REQUEST', challenge: 'none', outcome: 'denied' },
   too_many_headers: {
     code: 'HEADERS_TOO_LARGE',

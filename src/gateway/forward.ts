@@ -13,6 +13,7 @@ import type { Credential } from './extract-credential.js';
 import type { TargetFactory } from './route-table.js';
 import type { HeaderRules } from './upstream-headers.js';
 import { Pool } from './upstream-pool.js';
+import type { ChildSpan } from '../tracing/index.js';
 
 /** One upstream of one route, compiled at start; requests only read it. */
 export interface ForwardTarget {
@@ -65,20 +66,7 @@ const CONNECTIONS_PER_UPSTREAM = 128;
  * a proxy plugin's request and stream machinery, which is most of what a cached request costs.
  */
 export function createForwarder(rules: HeaderRules, requestIdHeader: string, metrics: Metrics): Forwarder {
-  const pools = new Map<string, Pool>();
-  const closing = new Set<Promise<void>>();
-  const retire = (pool: Pool): void => {
-    const closed = pool.close().finally(() => closing.delete(closed));
-    closing.add(closed);
-  };
-  const poolFor = (url: URL): Pool => {
-    let pool = pools.get(url.origin);
-    if (pool === undefined) {
-      pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM });
-      pools.set(url.origin, pool);
-    }
-    return pool;
-  };
+  const { poolFor, retire, retainOnly, close } = upstreamPools();
 
   const createTarget: TargetFactory<ForwardTarget> = ({ route, label, upstream, denials, requests }) => {
     const url = new URL(upstream);
@@ -121,7 +109,10 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader);
+    const headers = rules.request(raw, token, request.id, bodyLength);
+    // A recorded request's upstream call is its client span, whose context the upstream receives; any other forwards the client's as it came.
+    const upstreamSpan = request.trace?.upstream(method, target.url, headers) ?? null;
+    const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader, upstreamSpan);
     // `on`, not `once`: the response is used once, and a once wrapper costs an allocation and a
     // removal. One listener function for every response, the handler kept on it: no closure per request.
     (response as HandledResponse)[kForwardHandler] = handler;
@@ -129,7 +120,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     const options: Dispatcher.DispatchOptions = {
       path: credential.query === '' ? path : `${path}?${credential.query}`,
       method,
-      headers: rules.request(raw, token, request.id, bodyLength),
+      headers,
       body,
       headersTimeout: target.timeoutMs,
       bodyTimeout: target.timeoutMs,
@@ -147,6 +138,29 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
   return {
     createTarget,
     forward,
+    retainOnly,
+    close,
+  };
+}
+
+/** One keep-alive pool per upstream origin, and the pools retired by a reload, closing once their requests are done. */
+function upstreamPools(): Pick<Forwarder, 'retainOnly' | 'close'> & { poolFor(url: URL): Pool; retire(pool: Pool): void } {
+  const pools = new Map<string, Pool>();
+  const closing = new Set<Promise<void>>();
+  const retire = (pool: Pool): void => {
+    const closed = pool.close().finally(() => closing.delete(closed));
+    closing.add(closed);
+  };
+  return {
+    retire,
+    poolFor(url) {
+      let pool = pools.get(url.origin);
+      if (pool === undefined) {
+        pool = new Pool(url.origin, { connections: CONNECTIONS_PER_UPSTREAM });
+        pools.set(url.origin, pool);
+      }
+      return pool;
+    },
     retainOnly(routes) {
       const origins = upstreamOrigins(routes);
       for (const [origin, pool] of pools) {
@@ -223,6 +237,7 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     private readonly admission: Bucket | null,
     private readonly rules: HeaderRules,
     private readonly requestIdHeader: string,
+    private readonly upstreamSpan: ChildSpan | null,
   ) {
     this.response = reply.raw;
     this.sentAfterMs = reply.elapsedTime;
@@ -265,11 +280,13 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   }
 
   onComplete(): void {
+    this.upstreamSpan?.end(undefined, this.status);
     this.response.end();
     this.target.requests.completed(this.request, this.reply, this.status, undefined, this.token);
   }
 
   onError(error: Error & { code?: string }): void {
+    this.upstreamSpan?.end(failureCode(error), this.status === 0 ? undefined : this.status);
     const response = this.response;
     const sent = response.headersSent ? response.statusCode : CLIENT_CLOSED;
     if (this.clientGone || response.destroyed || this.request.raw.destroyed) {

@@ -6,10 +6,10 @@ import type { TokengateContext } from '../context.js';
 import { RouteRequests } from '../observability/requests.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
-import { awaitContinue, createForwarder, isAwaitingContinue, type ForwardTarget } from './forward.js';
+import { awaitContinue, createForwarder, isAwaitingContinue, type Forwarder, type ForwardTarget } from './forward.js';
 import { compileRouteTable, type RouteTable } from './route-table.js';
 import { compileHeaderRules, type HeaderRules } from './upstream-headers.js';
-import { handleUpgrades, isUpgrade, isWebSocketUpgrade } from './upgrade.js';
+import { handleUpgrades, isUpgrade, isWebSocketUpgrade, type UpgradeForwarder } from './upgrade.js';
 
 /**
  * The gateway as the rest of tokengate uses it: its route table and header rules (the decision
@@ -40,25 +40,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
     const rules = compileHeaderRules(gateway, server.trustProxy);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
-    const compile = (config: Readonly<Config>) =>
-      compileRouteTable(
-        config,
-        context.metrics,
-        forwarder.createTarget,
-        (label) => new RouteRequests(context.metrics.requests, context.requestLog, 'public', label),
-        context.rateLimiter,
-      );
-    let table = compile(context.config);
-    routes = {
-      get table() {
-        return table;
-      },
-      rules,
-      replace(config) {
-        table = compile(config);
-        forwarder.retainOnly(config.routes);
-      },
-    };
+    routes = compiledRoutes(context, rules, forwarder);
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
     scope.addHook('onClose', () => forwarder.close());
 
@@ -72,53 +54,97 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
 
     // Every method fastify parses reaches the handler, so a method a route does not list is a
     // 405 from the route table, not a 404. The raw URL is matched, not the router's view of it.
-    scope.route({ method: [...ROUTE_METHODS, 'TRACE'], url: '/*', handler: handleGatewayRequest });
-
-    // A client that sends `Expect: 100-continue` waits for permission before sending its body.
-    // A gateway request gets it only once its token is checked (a refused upload is never
-    // sent); every other request, at once.
-    scope.server.on('checkContinue', (request, response) => {
-      if (isDenial(locate(table, request.method ?? '', request.url ?? '', 0, server.maxHeaders))) response.writeContinue();
-      else awaitContinue(request);
-      scope.server.emit('request', request, response);
-    });
-
-    function refuse(request: FastifyRequest, reply: FastifyReply, denial: Denial): undefined {
-      // The client still holds its body back: the connection cannot be reused after this answer.
-      if (isAwaitingContinue(request.raw)) reply.header('connection', 'close');
-      deny(request, reply, denial, requestIdHeader);
-      return undefined;
-    }
-
-    /**
-     * The request path, in order: where -> extract -> verify -> prove -> authorize -> meter
-     * (./check.ts, shared with the decision listener) -> forward. Returns undefined when it has answered (or handed
-     * the reply to the forwarder), and a promise of the reply when a step had to wait.
-     */
-    function handleGatewayRequest(request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> | undefined {
-      const raw = request.raw;
-      // 0. where: the normalized path picks the route and is exactly what the upstream receives.
-      const located = locate(table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
-      if (isDenial(located)) return refuse(request, reply, located);
-      if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
-      if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
-
-      // 1-5. extract -> verify -> prove -> authorize -> meter: one credential, a valid token, its DPoP
-      // proof where one is due, the route's resource, kind and scopes, a rate limit permit.
-      // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
-      const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request);
-      if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
-      return forward(request, reply, located, checked);
-    }
-
-    // 6. forward: to the upstream of the token's kind, with identity headers and without the credential.
-    function forward(request: FastifyRequest, reply: FastifyReply, located: Located<ForwardTarget>, checked: Checked | Denial): undefined {
-      if (isDenial(checked)) return refuse(request, reply, checked);
-      const target = located.route.targets[checked.token.kind]!;
-      if (isUpgrade(request)) forwardUpgrade(request, reply, target, located.path, checked.credential, checked.token);
-      else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token, checked.admission);
-      return undefined;
-    }
+    const handler = gatewayHandler(context, routes, forwarder, forwardUpgrade, requestIdHeader);
+    scope.route({ method: [...ROUTE_METHODS, 'TRACE'], url: '/*', handler });
+    continueOnceChecked(scope, routes, server.maxHeaders);
   });
   return routes!;
+}
+
+/** The route table compiled from the config, and its replacement by a reload. */
+function compiledRoutes(context: TokengateContext, rules: HeaderRules, forwarder: Forwarder): GatewayRoutes {
+  const compile = (config: Readonly<Config>) =>
+    compileRouteTable(
+      config,
+      context.metrics,
+      forwarder.createTarget,
+      (label) => new RouteRequests(context.metrics.requests, context.requestLog, 'public', label),
+      context.rateLimiter,
+    );
+  let table = compile(context.config);
+  return {
+    get table() {
+      return table;
+    },
+    rules,
+    replace(config) {
+      table = compile(config);
+      forwarder.retainOnly(config.routes);
+    },
+  };
+}
+
+/**
+ * A client that sends `Expect: 100-continue` waits for permission before sending its body. A
+ * gateway request gets it only once its token is checked (a refused upload is never sent);
+ * every other request, at once.
+ */
+function continueOnceChecked(scope: FastifyInstance, routes: GatewayRoutes, maxHeaders: number): void {
+  scope.server.on('checkContinue', (request, response) => {
+    if (isDenial(locate(routes.table, request.method ?? '', request.url ?? '', 0, maxHeaders))) response.writeContinue();
+    else awaitContinue(request);
+    scope.server.emit('request', request, response);
+  });
+}
+
+/**
+ * The request path (docs/gateway.md#the-request-path): the checks of ./check.ts, shared with the
+ * decision listener, then forward. The handler returns undefined when
+ * it has answered (or handed the reply to the forwarder), and a promise of the reply when a step
+ * had to wait.
+ */
+function gatewayHandler(
+  context: TokengateContext,
+  routes: GatewayRoutes,
+  forwarder: Forwarder,
+  forwardUpgrade: UpgradeForwarder,
+  requestIdHeader: string,
+): (request: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply> | undefined {
+  const { server } = context.config;
+  const tracing = context.tracing;
+
+  function refuse(request: FastifyRequest, reply: FastifyReply, denial: Denial): undefined {
+    // The client still holds its body back: the connection cannot be reused after this answer.
+    if (isAwaitingContinue(request.raw)) reply.header('connection', 'close');
+    deny(request, reply, denial, requestIdHeader);
+    return undefined;
+  }
+
+  // 6. forward: to the upstream of the token's kind, with identity headers and without the credential.
+  function forward(request: FastifyRequest, reply: FastifyReply, located: Located<ForwardTarget>, checked: Checked | Denial): undefined {
+    if (isDenial(checked)) return refuse(request, reply, checked);
+    const target = located.route.targets[checked.token.kind]!;
+    if (isUpgrade(request)) forwardUpgrade(request, reply, target, located.path, checked.credential, checked.token);
+    else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token, checked.admission);
+    return undefined;
+  }
+
+  return function handleGatewayRequest(request, reply) {
+    const raw = request.raw;
+    // The server span, kept on the request: every way the request ends ends it (RouteRequests).
+    const trace = tracing === null ? null : tracing.startRequest('public', raw.method!, raw.headers);
+    if (trace !== null) request.trace = trace;
+    // 0. where: the normalized path picks the route and is exactly what the upstream receives.
+    const located = locate(routes.table, raw.method!, raw.url!, raw.rawHeaders.length / 2, server.maxHeaders);
+    if (isDenial(located)) return refuse(request, reply, located);
+    if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
+    if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
+
+    // 1-5. The checks: one credential, a valid token, its DPoP proof where one is due, the
+    // route's resource, kind and scopes, a rate limit permit.
+    // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
+    const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request, trace);
+    if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);
+    return forward(request, reply, located, checked);
+  };
 }

@@ -36,8 +36,7 @@ export type UpgradeForwarder = (
 /**
  * WebSocket upgrades. Node hands upgrade requests to their own listener with the raw socket;
  * they are dispatched through the gateway's router like any request, so they meet the same
- * route and the same extract -> verify -> prove -> authorize -> meter steps before anything is
- * opened upstream.
+ * route and the same checks (./check.ts) before anything is opened upstream.
  * Every answer other than an accepted upgrade is an ordinary response, then the connection
  * ends. An accepted one becomes a byte tunnel between the two sockets.
  */

@@ -1,7 +1,9 @@
 import type { TokengateContext } from '../context.js';
+import type { CachedTokens } from '../store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord } from '../store/store.js';
 import { hasTokenShape, tokenDigest } from '../token/token-value.js';
 import { verifiedToken, type VerifiedToken } from '../store/verified-token.js';
+import type { ChildSpan, RequestTrace } from '../tracing/index.js';
 import type { RouteDenialReason } from './denials.js';
 
 export type VerificationFailure = Extract<RouteDenialReason, 'malformed_token' | 'forged_token' | 'unknown_token' | 'expired_token' | 'store_unavailable'>;
@@ -15,25 +17,49 @@ export type VerificationFailure = Extract<RouteDenialReason, 'malformed_token' |
  * else is one store read (through the cache when it is on). An unreachable store is a 503,
  * never a 401: the token may well be valid.
  */
-export function verifyToken(context: TokengateContext, token: string): VerifiedToken | VerificationFailure | Promise<VerifiedToken | VerificationFailure> {
+export function verifyToken(
+  context: TokengateContext,
+  token: string,
+  trace: RequestTrace | null = null,
+): VerifiedToken | VerificationFailure | Promise<VerifiedToken | VerificationFailure> {
   if (!hasTokenShape(token)) return 'malformed_token';
   const digest = tokenDigest(token);
   const cache = context.cache;
   // Fresh entries never outlive their token, so a hit needs no expiry check either.
   const cached = cache?.peek(digest);
-  if (cached !== undefined && cache!.answers(cached)) return cached;
+  if (cached !== undefined && cache!.answers(cached)) {
+    trace?.set('tokengate.cache', 'hit');
+    return cached;
+  }
   if (!context.minter.hasValidTag(token)) {
     context.metrics.forgedTokens.inc();
     return 'forged_token';
   }
-  return readToken(cache === null ? context.store.tokens.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached));
+  const read = trace !== null && trace.recording ? storeReadSpan(trace, cache, digest, cached) : null;
+  return readToken(cache === null ? context.store.tokens.getAccessToken(digest).then(verifiedOrNull) : cache.miss(digest, cached), read);
 }
 
-async function readToken(lookup: Promise<VerifiedToken | null>): Promise<VerifiedToken | VerificationFailure> {
+/** The cache's answer on the request's span, and a child span for the store read when there is one (before the cache forgets what it knew). */
+function storeReadSpan(trace: RequestTrace, cache: CachedTokens | null, digest: string, cached: VerifiedToken | undefined): ChildSpan | null {
+  const outcome =
+    cache === null
+      ? 'off'
+      : cached !== undefined && cached.expiresAt <= Date.now()
+        ? 'expired'
+        : cached === undefined && cache.knowsUnknown(digest)
+          ? 'negative'
+          : 'miss';
+  trace.set('tokengate.cache', outcome);
+  return outcome === 'off' || outcome === 'miss' ? trace.child('tokengate.store.read_token') : null;
+}
+
+async function readToken(lookup: Promise<VerifiedToken | null>, read: ChildSpan | null): Promise<VerifiedToken | VerificationFailure> {
   let token: VerifiedToken | null;
   try {
     token = await lookup;
+    read?.end();
   } catch (error) {
+    read?.end(error instanceof StoreUnavailableError ? 'store_unavailable' : 'error');
     if (error instanceof StoreUnavailableError) return 'store_unavailable';
     throw error;
   }

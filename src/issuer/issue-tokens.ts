@@ -1,5 +1,6 @@
+import type { RequestTrace } from '../tracing/index.js';
 import type { TokengateContext } from '../context.js';
-import type { AccessTokenRecord, RefreshTokenRecord } from '../store/store.js';
+import { StoreUnavailableError, type AccessTokenRecord, type RefreshTokenRecord } from '../store/store.js';
 import { formatScope } from '../token/scope.js';
 import { tokenDigest } from '../token/token-value.js';
 
@@ -41,7 +42,7 @@ export type Issuance =
  * in this response alone. User tokens come with a refresh token of the same token family,
  * application tokens never do (the ticketing service's client_credentials behaviour).
  */
-export async function issueTokens(context: TokengateContext, issuance: Issuance): Promise<TokenResponse> {
+export async function issueTokens(context: TokengateContext, issuance: Issuance, trace: RequestTrace | null = null): Promise<TokenResponse> {
   const { accessTokenTtl, refreshTokenTtl } = context.config.issuer;
   const issuedAt = Date.now();
   const accessToken = context.minter.mint();
@@ -73,7 +74,14 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance)
     };
     saves.push(context.store.tokens.saveRefreshToken(tokenDigest(refreshToken), refresh));
   }
-  await Promise.all(saves);
+  const saved = trace?.child('tokengate.store.save_tokens') ?? null;
+  try {
+    await Promise.all(saves);
+  } catch (error) {
+    saved?.end(error instanceof StoreUnavailableError ? 'store_unavailable' : 'error');
+    throw error;
+  }
+  saved?.end();
 
   return {
     access_token: accessToken,

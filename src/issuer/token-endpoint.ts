@@ -8,6 +8,7 @@ import { parseScope } from '../token/scope.js';
 import { clientFinder } from './clients.js';
 import { authenticateClient, type AuthenticatedClient } from './client-auth.js';
 import { GRANT_TYPES, type GrantType } from './grant-types/index.js';
+import type { TokenResponse } from './issue-tokens.js';
 import { backChannelRouteOptions, parseBody, rejectRepeatedParameters, requireParameter, type OAuthParameters } from './oauth-request.js';
 
 export const TOKEN_ENDPOINT_PATH = '/oauth/token';
@@ -38,7 +39,19 @@ export function registerTokenEndpoint(scope: FastifyInstance, context: Tokengate
       checkGrantTypeAllowed(grantType, client);
       const requestedScopes = parseScopeParameter(parameters);
       const dpopJkt = await tokenRequestBinding(request, reply, context.dpop, client.application, tokenEndpointUrl);
-      const response = await grantType.issue({ parameters, requestedScopes, requestedResources, client, context, log: request.log, dpopJkt });
+      const trace = request.trace ?? null;
+      trace?.set('tokengate.grant_type', grantType.type);
+      trace?.set('tokengate.client_id', client.application.clientId);
+      const grant = trace?.child('tokengate.issuer.grant') ?? null;
+      grant?.set('tokengate.grant_type', grantType.type);
+      let response: TokenResponse;
+      try {
+        response = await grantType.issue({ parameters, requestedScopes, requestedResources, client, context, log: request.log, dpopJkt, trace });
+      } catch (error) {
+        grant?.end(toTokengateError(error).error);
+        throw error;
+      }
+      grant?.end();
       context.metrics.tokensIssued.inc({ grant_type: grantType.type });
       return response;
     },

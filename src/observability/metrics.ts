@@ -17,6 +17,18 @@ export function createMetrics() {
   const registers = [registry];
   return {
     registry,
+    ...requestMetrics(registry),
+    ...configMetrics(registers),
+    ...cacheMetrics(registry, registers),
+    ...storeMetrics(registers),
+    ...issuerMetrics(registers),
+    ...listenerMetrics(registers),
+  };
+}
+
+/** The request path's: requests by route and outcome, their times, the upstreams' times, the decision listener's answers. */
+function requestMetrics(registry: Registry) {
+  return {
     // The request path's metrics are slots (src/observability/slot-metrics.ts): one addition per request.
     gatewayRequests: new SlotCounter(
       'tokengate_gateway_requests_total',
@@ -44,6 +56,25 @@ export function createMetrics() {
       RESPONSE_TIME_BUCKETS,
       registry,
     ),
+    decisions: new SlotCounter(
+      'tokengate_decisions_total',
+      'Checks the decision listener answered for an ingress, by route, outcome (allowed or denied) and reason.',
+      ['route', 'outcome', 'reason'],
+      registry,
+    ),
+    decisionDuration: new SlotHistogram(
+      'tokengate_decision_duration_seconds',
+      'Time from a check request to its answer on the decision listener, by route.',
+      ['route'],
+      [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+      registry,
+    ),
+  };
+}
+
+/** The config in effect and its reloads, and the policies it sets: rate limits, client metadata documents. */
+function configMetrics(registers: Registry[]) {
+  return {
     configReloads: new Counter({
       name: 'tokengate_config_reloads_total',
       help: 'Config reloads (SIGHUP or a change of the file), by result: success, or failure (the running config stays).',
@@ -55,6 +86,17 @@ export function createMetrics() {
       help: '1 when the last config reload applied (or none was tried since start), 0 when it failed and the file on disk is not the config in effect.',
       // With several workers, 0 when any worker refused the file.
       aggregator: 'min',
+      registers,
+    }),
+    traceSpansExported: new Counter({
+      name: 'tokengate_trace_spans_exported_total',
+      help: 'Spans the OTLP collector accepted (tracing on).',
+      registers,
+    }),
+    traceSpansDropped: new Counter({
+      name: 'tokengate_trace_spans_dropped_total',
+      help: 'Spans never exported, by reason: queue_full (the export queue was full), export_failed (the collector refused, failed or did not answer in time).',
+      labelNames: ['reason'] as const,
       registers,
     }),
     rateLimited: new Counter({
@@ -83,19 +125,12 @@ export function createMetrics() {
       aggregator: 'max',
       registers,
     }),
-    decisions: new SlotCounter(
-      'tokengate_decisions_total',
-      'Checks the decision listener answered for an ingress, by route, outcome (allowed or denied) and reason.',
-      ['route', 'outcome', 'reason'],
-      registry,
-    ),
-    decisionDuration: new SlotHistogram(
-      'tokengate_decision_duration_seconds',
-      'Time from a check request to its answer on the decision listener, by route.',
-      ['route'],
-      [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
-      registry,
-    ),
+  };
+}
+
+/** The in-process token cache. */
+function cacheMetrics(registry: Registry, registers: Registry[]) {
+  return {
     cacheHits: new SlotCounter('tokengate_cache_hits_total', 'Token lookups answered from the in-process cache with a valid token.', [], registry),
     cacheNegativeHits: new Counter({ name: 'tokengate_cache_negative_hits_total', help: 'Token lookups answered from the cache as unknown.', registers }),
     cacheMisses: new Counter({ name: 'tokengate_cache_misses_total', help: 'Token lookups that went to the store.', registers }),
@@ -122,6 +157,12 @@ export function createMetrics() {
       labelNames: ['kind'] as const,
       registers,
     }),
+  };
+}
+
+/** The store, its revocation feed, and the tokens refused before reaching it. */
+function storeMetrics(registers: Registry[]) {
+  return {
     forgedTokens: new Counter({
       name: 'tokengate_forged_tokens_total',
       help: "Presented tokens refused without a store call because their tag is not this deployment's.",
@@ -150,6 +191,12 @@ export function createMetrics() {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
       registers,
     }),
+  };
+}
+
+/** The issuer: tokens issued and refused, sign-ins, authorization redirects. */
+function issuerMetrics(registers: Registry[]) {
+  return {
     tokensIssued: new Counter({
       name: 'tokengate_tokens_issued_total',
       help: 'Access tokens issued, by grant type.',
@@ -168,6 +215,18 @@ export function createMetrics() {
       labelNames: ['outcome'] as const,
       registers,
     }),
+    authorizationResponses: new Counter({
+      name: 'tokengate_authorization_responses_total',
+      help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',
+      labelNames: ['result'] as const,
+      registers,
+    }),
+  };
+}
+
+/** What every listener does below the routes: its connections and the answers the HTTP layer gives itself. */
+function listenerMetrics(registers: Registry[]) {
+  return {
     openConnections: new Gauge({
       name: 'tokengate_open_connections',
       help: 'Connections open on each listener (public, ops).',
@@ -184,12 +243,6 @@ export function createMetrics() {
       name: 'tokengate_client_errors_total',
       help: 'Requests the HTTP layer answered before any route, then closed their connection, by listener and reason (request_timeout, headers_too_large, malformed, connect).',
       labelNames: ['listener', 'reason'] as const,
-      registers,
-    }),
-    authorizationResponses: new Counter({
-      name: 'tokengate_authorization_responses_total',
-      help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',
-      labelNames: ['result'] as const,
       registers,
     }),
   };

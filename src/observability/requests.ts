@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { failureOf } from '../errors.js';
 import type { Metrics } from './metrics.js';
+import type { RequestTrace, Tracing } from '../tracing/index.js';
 import type { CounterSlot, HistogramSlot, SlotCounter, SlotHistogram } from './slot-metrics.js';
 
 /**
@@ -63,6 +64,9 @@ export interface AccessLine {
   tokenKind?: string;
   clientId?: string;
   error?: string;
+  /** The request's trace and server span, when it has one (W3C hex ids, as a trace viewer searches them). */
+  trace_id?: string;
+  span_id?: string;
 }
 
 /** The requests of one route on one listener: their counters by method and status class, each resolved on first use. */
@@ -82,13 +86,14 @@ export class RouteRequests {
    * timeout, a body cut short), which the access log takes like a 5xx whatever status was sent.
    */
   completed(request: FastifyRequest, reply: FastifyReply, status: number, reason?: string, token?: TokenIdentity | null, error?: string): void {
-    this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error);
+    this.record(request.raw.method!, status, reply.elapsedTime, request.log, reason, token, error, undefined, request.trace ?? undefined);
   }
 
   /**
    * The same, for a listener without fastify's request and reply (the decision listener): `log`
    * is the listener's logger and `requestId` the line's `reqId` (no logger object per request:
    * most requests log nothing). Without a `requestId`, `log` is the request's own logger.
+   * `trace`: the request's trace, ended here; its ids go on the line.
    */
   record(
     method: string,
@@ -99,7 +104,9 @@ export class RouteRequests {
     token?: TokenIdentity | null,
     error?: string,
     requestId?: string,
+    trace?: RequestTrace,
   ): void {
+    trace?.end(status, this.route, reason, token, error);
     const methodIndex = METHOD_INDEX.get(method) ?? OTHER_METHOD;
     const classIndex = statusClass(status);
     const index = methodIndex * STATUS_CLASSES + classIndex;
@@ -116,6 +123,10 @@ export class RouteRequests {
       line.clientId = token.clientId;
     }
     if (error !== undefined) line.error = error;
+    if (trace !== undefined && trace.traceId !== '') {
+      line.trace_id = trace.traceId;
+      if (trace.spanId !== '') line.span_id = trace.spanId;
+    }
     if (status >= 500 || error !== undefined) log.warn(line, 'request completed');
     else log.info(line, 'request completed');
   }
@@ -147,8 +158,14 @@ export class UpstreamDurations {
  * API) when its response completes. The route is the endpoint's path pattern
  * (`/admin/applications/:client_id`), one of a fixed set.
  */
-export function observeRequests(scope: FastifyInstance, listener: string, metrics: Metrics, log: RequestLog): void {
+export function observeRequests(scope: FastifyInstance, listener: string, metrics: Metrics, log: RequestLog, tracing: Tracing | null = null): void {
   const routes = new Map<string, RouteRequests>();
+  if (tracing !== null) {
+    scope.addHook('onRequest', (request, _reply, done) => {
+      request.trace = tracing.startRequest('public', request.raw.method!, request.raw.headers);
+      done();
+    });
+  }
   scope.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? UNROUTED;
     let requests = routes.get(route);

@@ -1,8 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { TokengateContext } from '../context.js';
+import type { Config } from '../config/schema.js';
 import { TokengateError } from '../errors.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
-import { observeRequests } from '../observability/requests.js';
+import type { Metrics } from '../observability/metrics.js';
+import { observeRequests, type RequestLog } from '../observability/requests.js';
 import { METADATA_PREFIX } from './identifier.js';
 import { resourceRegistry } from './registry.js';
 
@@ -20,7 +21,14 @@ const METADATA_MAX_AGE_SECONDS = 3600;
  * gateway would refuse (encoded slashes, dot segments, double encodings) names no document: it
  * can only ever reach the document of the resource it spells, or none.
  */
-export async function registerResourceMetadata(app: FastifyInstance, context: TokengateContext): Promise<void> {
+/** What the endpoint reads of its instance: the config in effect (read per request, a reload replaces it), where it counts and logs. */
+export interface MetadataSource {
+  readonly config: Readonly<Config>;
+  readonly metrics: Metrics;
+  readonly requestLog: RequestLog;
+}
+
+export async function registerResourceMetadata(app: FastifyInstance, context: MetadataSource): Promise<void> {
   await app.register(async function resourceMetadata(scope) {
     observeRequests(scope, 'public', context.metrics, context.requestLog);
     scope.get(METADATA_PREFIX, serveMetadata);

@@ -1,9 +1,9 @@
 import cluster, { type Worker } from 'node:cluster';
-import { AggregatorRegistry } from 'prom-client';
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import type { WorkerReadiness, WorkerReports } from '../observability/health.js';
-import { isWorkerMessage, type PrimaryMessage } from './messages.js';
+import { isWorkerMessage, type PrimaryMessage, type WorkerMessage } from './messages.js';
 import { reloadOnChange } from './reload.js';
 import { runInstance } from './instance.js';
 
@@ -11,14 +11,14 @@ import { runInstance } from './instance.js';
 const STABLE_AFTER_MS = 60_000;
 const FIRST_RESTART_DELAY_MS = 100;
 const LONGEST_RESTART_DELAY_MS = 30_000;
-/** How long a worker has to answer a readiness question before it counts as not ready. */
-const READINESS_TIMEOUT_MS = 1_000;
+/** How long a worker has to answer a question (readiness, metrics) before it counts as not ready, or is left out. */
+const QUESTION_TIMEOUT_MS = 1_000;
 
 /**
  * The primary of `server.workers` processes. It forks the workers (they share the public
  * listener's port through node:cluster), restarts one that dies, with a backoff that doubles
  * while it keeps dying (100 ms up to 30 s), and serves the ops listener for the whole group:
- * /readyz is ready when every worker is and /metrics sums every worker's metrics; the admin API
+ * /readyz is ready when every worker is and /metrics sums the metrics of the workers that serve; the admin API
  * works on the shared store like any sidecar's. A config change (SIGHUP, or the file) is passed
  * on: every worker reloads it. SIGTERM and SIGINT are passed on: every worker
  * drains, then the primary stops. A worker that fails before the group was first ready stops
@@ -65,8 +65,8 @@ interface Slot {
 
 class WorkerFleet implements WorkerReports {
   private readonly slots: Slot[];
-  private readonly aggregator = new AggregatorRegistry();
-  private readonly answers = new Map<number, (ready: boolean) => void>();
+  /** Questions asked of workers and not answered yet, by id. */
+  private readonly answers = new Map<number, (message: WorkerMessage) => void>();
   private nextQuestion = 0;
   private stopping = false;
   private firstReady = false;
@@ -102,7 +102,7 @@ class WorkerFleet implements WorkerReports {
       onListening();
     });
     worker.on('message', (message: unknown) => {
-      if (isWorkerMessage(message)) this.answers.get(message.id)?.(message.ready);
+      if (isWorkerMessage(message)) this.answers.get(message.id)?.(message);
     });
     worker.on('exit', (code, signal) => this.onExit(slot, worker, code, signal));
     // A message sent as the worker dies fails on its closed channel; its exit is handled above.
@@ -145,30 +145,42 @@ class WorkerFleet implements WorkerReports {
   }
 
   async readiness(): Promise<WorkerReadiness[]> {
-    return Promise.all(this.slots.map((slot, index) => this.ask(slot).then((ready) => ({ worker: index + 1, ready }))));
+    return Promise.all(
+      this.slots.map((slot, index) =>
+        this.ask(slot, 'readiness?').then((answer) => ({ worker: index + 1, ready: answer?.tokengate === 'readiness' && answer.ready })),
+      ),
+    );
   }
 
-  private ask(slot: Slot): Promise<boolean> {
+  /** Asks a listening worker; null when it is not listening, dies meanwhile or does not answer in time. */
+  private ask(slot: Slot, question: 'readiness?' | 'metrics?'): Promise<WorkerMessage | null> {
     const worker = slot.worker;
-    if (worker === null || !slot.listening || !worker.isConnected()) return Promise.resolve(false);
+    if (worker === null || !slot.listening || !worker.isConnected()) return Promise.resolve(null);
     const id = (this.nextQuestion += 1);
     return new Promise((resolve) => {
-      const timer = setTimeout(() => answer(false), READINESS_TIMEOUT_MS);
-      const answer = (ready: boolean) => {
+      const timer = setTimeout(() => answer(null), QUESTION_TIMEOUT_MS);
+      const answer = (message: WorkerMessage | null) => {
         clearTimeout(timer);
         this.answers.delete(id);
-        resolve(ready);
+        resolve(message);
       };
       this.answers.set(id, answer);
-      // A worker that dies meanwhile cannot answer: not ready.
-      worker.send({ tokengate: 'readiness?', id } satisfies PrimaryMessage, (error) => {
-        if (error !== null) answer(false);
+      worker.send({ tokengate: question, id } satisfies PrimaryMessage, (error) => {
+        if (error !== null) answer(null);
       });
     });
   }
 
-  metrics(): Promise<string> {
-    return this.aggregator.clusterMetrics();
+  /**
+   * The metrics of every worker that serves (listening), summed. A worker starting or dying is
+   * left out rather than waited for: prom-client's own cluster aggregation asks every forked
+   * worker and, when one cannot answer (a replacement still loading), fails the whole scrape
+   * after 5 s.
+   */
+  async metrics(): Promise<string> {
+    const answers = await Promise.all(this.slots.map((slot) => this.ask(slot, 'metrics?')));
+    const registries = answers.flatMap((answer) => (answer?.tokengate === 'metrics' ? [answer.metrics as MetricObjectWithValues<MetricValue<string>>[]] : []));
+    return AggregatorRegistry.aggregate(registries).metrics();
   }
 
   /** Sends `message` to every running worker. */

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Tokengate } from '../app.js';
-import { loadConfigFile } from '../config/load.js';
+import { loadConfigFile } from '../load-config.js';
 import { watchConfig } from '../config/watch.js';
 
 /**

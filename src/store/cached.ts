@@ -156,6 +156,12 @@ export class CachedTokens implements Tokens {
     return entry !== undefined && this.answers(entry) ? Promise.resolve(entry) : this.miss(digest, entry);
   }
 
+  /** Whether the cache holds `digest` as a token the store did not know, a moment ago (a trace says so). */
+  knowsUnknown(digest: string): boolean {
+    const unknownUntil = this.unknown.get(digest);
+    return unknownUntil !== undefined && Date.now() < unknownUntil;
+  }
+
   /** What the cache cannot answer by itself: a known-expired or known-unknown token, or a store read. */
   miss(digest: string, entry: CachedToken | undefined): Promise<VerifiedToken | null> {
     const now = Date.now();

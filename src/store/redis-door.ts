@@ -3,7 +3,7 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { Argument, ChannelHandlers, RedisDoor, ScriptDefinition } from './backend.js';
 import { ClassicFeedConnection, ShardFeedConnection, type FeedConnection } from './redis-feed.js';
 import { ReplicaCounts, masterFor } from './redis-replicas.js';
-import { clusterNodeOptions, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
+import { clusterNodeOptions, connectAgainWhenEnded, createRedisClient, type RedisClient, type RedisConnection } from './redis-topology.js';
 import { StoreUnavailableError } from './store.js';
 
 /** A command by name, as the door sends them (the defined scripts included). */
@@ -40,12 +40,19 @@ export class IoredisDoor implements RedisDoor {
   private readonly scripts = new Map<string, ScriptDefinition>();
   private readonly feeds = new Set<FeedConnection>();
   private lastError: Error | null = null;
+  private closing = false;
 
   constructor(private readonly options: RedisDoorOptions) {
     this.redis = this.createClient();
     this.writer = options.waitForReplicas > 0 ? this.createClient() : this.redis;
     this.cluster = isCluster(this.redis);
     this.replicaCounts = options.waitForReplicas > 0 ? new ReplicaCounts(options.waitForReplicas, options.lostReplicaWaitMs ?? LOST_REPLICA_WAIT_MS) : null;
+    // A connection made again may reach a master that is not the one last asked at that address:
+    // a server promoted again (a failover back to it) has a new replication ID and no replica
+    // yet, where the one it had as master before would be waited for until the sentinels made
+    // it a replica again, failing every write meanwhile. So the next write asks first.
+    const counts = this.replicaCounts;
+    if (counts !== null && !isCluster(this.writer)) this.writer.on('ready', () => counts.forgetAddresses());
   }
 
   key(name: string): string {
@@ -153,6 +160,7 @@ export class IoredisDoor implements RedisDoor {
   }
 
   async close(): Promise<void> {
+    this.closing = true;
     // Forgotten first, so their closing is not reported to their owners as an interruption.
     for (const feed of this.feeds) feed.close();
     this.feeds.clear();
@@ -187,6 +195,8 @@ export class IoredisDoor implements RedisDoor {
     if (isCluster(client)) {
       client.on('node error', (error: Error) => (this.lastError = error));
       client.on('-node', () => client.refreshSlotsCache());
+    } else {
+      connectAgainWhenEnded(client, () => this.closing);
     }
     // Until the first connection is up, commands wait for it in ioredis's offline queue, so a
     // door on one server or Sentinel is usable as soon as it is built. From then on a command

@@ -1,5 +1,5 @@
 import { Redis, type Cluster, type RedisOptions } from 'ioredis';
-import { hostAndPort } from './redis-topology.js';
+import { connectAgainWhenEnded, hostAndPort } from './redis-topology.js';
 
 /**
  * The connection that carries revocation messages to one sidecar. A subscribed connection can
@@ -48,6 +48,7 @@ export class ClassicFeedConnection implements FeedConnection {
       connectionName: 'tokengate-revocations',
     });
     this.subscriber.on('error', noop);
+    connectAgainWhenEnded(this.subscriber, () => this.closed);
     // Until the first SUBSCRIBE is answered the feed has not started, so a failed connection
     // attempt is no interruption: the caller treats the feed as down until start() resolves.
     this.subscriber.on('close', () => {

@@ -45,6 +45,15 @@ export class ReplicaCounts {
     return this.requiredOf(report.replid, now);
   }
 
+  /**
+   * Forgets which master each address had: the next write there asks it again. What each
+   * master's replicas were is kept, so a master found again with the same replication ID
+   * still waits for a replica it lost.
+   */
+  forgetAddresses(): void {
+    this.replidOf.clear();
+  }
+
   private requiredOf(replid: string, now: number): number {
     let counted = 0;
     for (const lastSeen of this.seen.get(replid)?.values() ?? []) if (now - lastSeen <= this.lostReplicaWaitMs) counted += 1;

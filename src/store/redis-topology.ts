@@ -113,6 +113,10 @@ export function createRedisClient(connection: RedisConnection, options: RedisOpt
         sentinels: topology.sentinels.map(hostAndPort),
         name: topology.masterName,
         sentinelPassword: topology.sentinelPassword || undefined,
+        // A sentinel that accepts connections but answers nothing (frozen, or behind a network
+        // that drops its replies) would hold up every connection for as long: the next one is
+        // asked instead.
+        sentinelCommandTimeout: options.commandTimeout,
         // A failover announced by the sentinels moves every connection to the new master at
         // once, even when the old one is still reachable (a partition, a manual failover).
         failoverDetector: true,
@@ -126,6 +130,23 @@ export function createRedisClient(connection: RedisConnection, options: RedisOpt
         redisOptions: { ...options, ...auth, ...(tls === undefined ? {} : { tls }) },
       });
   }
+}
+
+/** How long a connection ioredis ended by itself waits before it is made again. */
+const CONNECT_AGAIN_AFTER_MS = 200;
+
+/**
+ * Makes `client` (one server or Sentinel) connect again whenever it ends while `closed()` is
+ * false. ioredis gives a Sentinel connection up for good ('end') when a failover is announced
+ * while it is asking the sentinels where the master is (the announcement stops the connecting
+ * in progress), and nothing but closing the store may end its connections.
+ */
+export function connectAgainWhenEnded(client: Redis, closed: () => boolean): void {
+  client.on('end', () => {
+    setTimeout(() => {
+      if (!closed() && client.status === 'end') client.connect().catch(() => {});
+    }, CONNECT_AGAIN_AFTER_MS);
+  });
 }
 
 /** Node options for a connection of our own to one cluster node (the revocation feed's). */

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
-import { ConfigError, parseConfig } from '../../src/config/load.js';
+import { ConfigError, parseConfig } from '../../src/load-config.js';
 import { anyText, holds, piecesOf, PROPERTY_TIMEOUT } from '../support/properties.js';
 
 /**

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { buildTokengate, type Tokengate } from '../../src/app.js';
-import { parseConfig } from '../../src/config/load.js';
+import { parseConfig } from '../../src/load-config.js';
 import { clientSecretDigest } from '../../src/issuer/client-auth.js';
 import type { AccessTokenRecord, AuthorizationCodeRecord, Store } from '../../src/store/store.js';
 import { generateTagKey, tokenDigest } from '../../src/token/token-value.js';

@@ -5,6 +5,8 @@ export interface PacedResult {
   readonly sentAtMs: number;
   readonly client: number;
   readonly status: number;
+  /** From sending to the whole answer read. */
+  readonly latencyMs: number;
 }
 
 export interface PacedClient {
@@ -38,10 +40,10 @@ export async function runPaced(clients: readonly PacedClient[], durationMs: numb
       .then(
         async (answer) => {
           await answer.body.dump();
-          results.push({ sentAtMs, client: index, status: answer.statusCode });
+          results.push({ sentAtMs, client: index, status: answer.statusCode, latencyMs: performance.now() - started - sentAtMs });
         },
         () => {
-          results.push({ sentAtMs, client: index, status: 0 });
+          results.push({ sentAtMs, client: index, status: 0, latencyMs: performance.now() - started - sentAtMs });
         },
       )
       .finally(() => {

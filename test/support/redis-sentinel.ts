@@ -122,6 +122,24 @@ export class LocalRedisSentinel {
     );
   }
 
+  /**
+   * Asks the sentinels for a failover (SENTINEL FAILOVER: the replica promoted, the master turned
+   * into its replica), again while they answer -INPROG (the last one still finishing) or
+   * -NOGOODSLAVE (the replica not yet seen in sync since).
+   */
+  async failOver(timeoutMs = 30_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        await this.sentinels.find((each) => each.running)!.command('SENTINEL', 'FAILOVER', this.masterName);
+        return;
+      } catch (error) {
+        if (Date.now() > deadline || !/INPROG|NOGOODSLAVE/.test(String(error))) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    }
+  }
+
   async stop(): Promise<void> {
     await Promise.all([...this.sentinels, ...this.servers].map((node) => node.kill()));
     rmSync(this.directory, { recursive: true, force: true });

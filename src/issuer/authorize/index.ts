@@ -5,6 +5,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { TokengateContext } from '../../context.js';
 import { ERRORS, noteFailure, TokengateError, toTokengateError } from '../../errors.js';
 import { isMetadataClient } from '../../client-metadata/client-id.js';
+import type { IssuerConfig } from '../../config/schema.js';
 import type { ApplicationRecord, AuthorizationCodeRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { resourceRegistry } from '../../resource/registry.js';
@@ -65,8 +66,9 @@ async function pageHeaders(_request: FastifyRequest, reply: FastifyReply, payloa
   return payload;
 }
 
-function createAuthorizationEndpoint(context: TokengateContext) {
-  const { config, store, minter, metrics } = context;
+/** What the endpoint's answers share: its pages, the request's validation, the forms' checks, the sign-in. */
+function authorizationSteps(context: TokengateContext) {
+  const { config, store, metrics } = context;
   const issuer = config.issuer;
   const sessions = new Sessions(context);
   const users = createUserSource(issuer.users, store);
@@ -84,23 +86,6 @@ function createAuthorizationEndpoint(context: TokengateContext) {
 
   const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, findClient, issuer, resourceRegistry(context.config));
 
-  const formState = (session: Session, pending: PendingAuthorization) => ({ csrfToken: session.data.csrfToken, requestId: pending.id });
-
-  /** The user's next page for a valid request: sign in, or consent once signed in. */
-  const nextPage = (authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization): Page =>
-    session.data.userId === null
-      ? loginPage({ applicationName: authorization.application.name, form: formState(session, pending) })
-      : consentPage({
-          applicationName: authorization.application.name,
-          ...documentClientOf(authorization.application),
-          serviceName: issuer.serviceName,
-          email: session.data.email,
-          scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
-          resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
-          redirectUri: authorization.redirectUri,
-          form: formState(session, pending),
-        });
-
   /**
    * A form post is answered only with the session's own CSRF token and for a request that this
    * session is waiting on. `take` removes the request, so one approval mints one code.
@@ -116,6 +101,52 @@ function createAuthorizationEndpoint(context: TokengateContext) {
     return { session, pending, body };
   }
 
+  /** The user the e-mail and password name, or null (a failure, counted by the throttle); throws when throttled. */
+  async function checkCredentials(request: FastifyRequest, email: string, password: string): Promise<string | null> {
+    const attempt = await throttle.begin(email, request.ip);
+    if (attempt === null) {
+      metrics.logins.inc({ outcome: 'throttled' });
+      throw new TokengateError('TOO_MANY_REQUESTS', {
+        description: 'Too many sign-in attempts. Wait a few minutes, then try again.',
+        detail: 'login throttled',
+      });
+    }
+    let userId: string | null;
+    // The user source (the store, or the operator's user service over HTTP) as a span: its time, never the credentials.
+    const verifying = request.trace?.child('tokengate.users.verify') ?? null;
+    verifying?.set('tokengate.users.source', issuer.users.source);
+    try {
+      userId = await users.verify(email, password);
+      verifying?.end(userId === null ? 'credentials_rejected' : undefined);
+    } catch (error) {
+      verifying?.end('unavailable');
+      metrics.logins.inc({ outcome: 'unavailable' });
+      await attempt.undecided().catch(() => {});
+      throw error;
+    }
+    if (userId === null) {
+      metrics.logins.inc({ outcome: 'failure' });
+      request.log.info({ outcome: 'failure' }, 'login');
+      return null;
+    }
+    metrics.logins.inc({ outcome: 'success' });
+    await attempt.succeeded();
+    return userId;
+  }
+
+  return {
+    sessions,
+    sendPage,
+    validate,
+    nextPage: (authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization) => nextPage(issuer, authorization, session, pending),
+    verifiedForm,
+    checkCredentials,
+  };
+}
+
+function createAuthorizationEndpoint(context: TokengateContext) {
+  const { metrics } = context;
+  const { sessions, sendPage, validate, nextPage, verifiedForm, checkCredentials } = authorizationSteps(context);
   return {
     async show(request: FastifyRequest, reply: FastifyReply) {
       const authorization = await validate(request.query);
@@ -139,29 +170,8 @@ function createAuthorizationEndpoint(context: TokengateContext) {
           password: password === '' ? 'Enter your password.' : undefined,
         });
       }
-      const attempt = await throttle.begin(email, request.ip);
-      if (attempt === null) {
-        metrics.logins.inc({ outcome: 'throttled' });
-        throw new TokengateError('TOO_MANY_REQUESTS', {
-          description: 'Too many sign-in attempts. Wait a few minutes, then try again.',
-          detail: 'login throttled',
-        });
-      }
-      let userId: string | null;
-      try {
-        userId = await users.verify(email, password);
-      } catch (error) {
-        metrics.logins.inc({ outcome: 'unavailable' });
-        await attempt.undecided().catch(() => {});
-        throw error;
-      }
-      if (userId === null) {
-        metrics.logins.inc({ outcome: 'failure' });
-        request.log.info({ outcome: 'failure' }, 'login');
-        return retry({ kind: 'credentials' });
-      }
-      metrics.logins.inc({ outcome: 'success' });
-      await attempt.succeeded();
+      const userId = await checkCredentials(request, email, password);
+      if (userId === null) return retry({ kind: 'credentials' });
       // A new session id at login: whoever knew the anonymous one (a planted cookie) gets nothing.
       await sessions.end(reply, session);
       await sessions.start(request, reply, { userId, email });
@@ -180,7 +190,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
           authorization.state,
         );
       }
-      const code = await issueCode(authorization, session.data.userId);
+      const code = await issueCode(context, authorization, session.data.userId);
       metrics.authorizationResponses.inc({ result: 'code' });
       return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state }), 303);
     },
@@ -204,26 +214,26 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       return sendPage(reply, errorPage(failure));
     },
   };
+}
 
-  async function issueCode(authorization: AuthorizationRequest, userId: string): Promise<string> {
-    const code = minter.mint();
-    const issuedAt = Date.now();
-    const record: AuthorizationCodeRecord = {
-      clientId: authorization.application.clientId,
-      userId,
-      redirectUri: authorization.redirectUri,
-      scopes: authorization.scopes,
-      codeChallenge: authorization.codeChallenge,
-      codeChallengeMethod: authorization.codeChallengeMethod,
-      familyId: randomUUID(),
-      ...audienceOf(authorization.audience),
-      issuedAt,
-      expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
-      ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
-    };
-    await store.codes.save(tokenDigest(code), record);
-    return code;
-  }
+function formState(session: Session, pending: PendingAuthorization) {
+  return { csrfToken: session.data.csrfToken, requestId: pending.id };
+}
+
+/** The user's next page for a valid request: sign in, or consent once signed in. */
+function nextPage(issuer: Readonly<IssuerConfig>, authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization): Page {
+  return session.data.userId === null
+    ? loginPage({ applicationName: authorization.application.name, form: formState(session, pending) })
+    : consentPage({
+        applicationName: authorization.application.name,
+        ...documentClientOf(authorization.application),
+        serviceName: issuer.serviceName,
+        email: session.data.email,
+        scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
+        resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
+        redirectUri: authorization.redirectUri,
+        form: formState(session, pending),
+      });
 }
 
 /** A metadata document client's identity for its consent page; nothing for a registered application. */
@@ -249,4 +259,26 @@ function pageFailure(error: unknown): TokengateError {
   if (failure.code === 'UNSUPPORTED_MEDIA_TYPE')
     return new TokengateError('UNSUPPORTED_MEDIA_TYPE', { description: 'This form must be sent as application/x-www-form-urlencoded.' });
   return failure;
+}
+
+/** A code for an approved request, saved by its digest. */
+async function issueCode(context: TokengateContext, authorization: AuthorizationRequest, userId: string): Promise<string> {
+  const issuer = context.config.issuer;
+  const code = context.minter.mint();
+  const issuedAt = Date.now();
+  const record: AuthorizationCodeRecord = {
+    clientId: authorization.application.clientId,
+    userId,
+    redirectUri: authorization.redirectUri,
+    scopes: authorization.scopes,
+    codeChallenge: authorization.codeChallenge,
+    codeChallengeMethod: authorization.codeChallengeMethod,
+    familyId: randomUUID(),
+    ...audienceOf(authorization.audience),
+    issuedAt,
+    expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
+    ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
+  };
+  await context.store.codes.save(tokenDigest(code), record);
+  return code;
 }

@@ -47,17 +47,21 @@ export const authorizationCode: GrantType = {
     if (context.config.issuer.users.source === 'store' && (await context.store.users.get(record.userId)) === null) {
       throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
     }
-    return issueTokens(context, {
-      kind: 'user',
-      clientId: record.clientId,
-      userId: record.userId,
-      familyId: record.familyId,
-      scopes: record.scopes,
-      grantScopes: record.scopes,
-      jkt: dpopJkt,
-      bindRefreshToken: !client.application.confidential,
-      audience: audience.token,
-      grantAudience: audience.grant,
-    });
+    return issueTokens(
+      context,
+      {
+        kind: 'user',
+        clientId: record.clientId,
+        userId: record.userId,
+        familyId: record.familyId,
+        scopes: record.scopes,
+        grantScopes: record.scopes,
+        jkt: dpopJkt,
+        bindRefreshToken: !client.application.confidential,
+        audience: audience.token,
+        grantAudience: audience.grant,
+      },
+      request.trace,
+    );
   },
 };

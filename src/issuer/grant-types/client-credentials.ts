@@ -9,11 +9,11 @@ import type { GrantType } from './grant-type.js';
 export const clientCredentials: GrantType = {
   type: 'client_credentials',
   allowsPublicClients: false,
-  async issue({ parameters, requestedResources, client, context, dpopJkt }) {
+  async issue({ parameters, requestedResources, client, context, dpopJkt, trace }) {
     const { scopes, defaultScopes } = context.config.issuer;
     const resolution = resolveScopes(parameters.scope, client.application.scopes, scopes, defaultScopes);
     if (!resolution.ok) throw new TokengateError('INVALID_SCOPE', { description: resolution.reason });
     const audience = grantAudience(requestedResources, client.application, resourceRegistry(context.config));
-    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes, audience, jkt: dpopJkt });
+    return issueTokens(context, { kind: 'application', clientId: client.application.clientId, scopes: resolution.scopes, audience, jkt: dpopJkt }, trace);
   },
 };

@@ -1,3 +1,4 @@
+import type { RequestTrace } from '../../tracing/index.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { TokengateContext } from '../../context.js';
 import type { AuthenticatedClient } from '../client-auth.js';
@@ -15,6 +16,8 @@ export interface GrantTypeRequest {
   readonly log: FastifyBaseLogger;
   /** The thumbprint of the key of the request's DPoP proof (RFC 9449 section 5), checked; null without one. */
   readonly dpopJkt: string | null;
+  /** The request's trace, for the store writes' span; null when tracing is off. */
+  readonly trace: RequestTrace | null;
 }
 
 /** One grant type of the token endpoint; the endpoint authenticates the client, then dispatches here. */

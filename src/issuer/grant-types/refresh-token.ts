@@ -42,19 +42,23 @@ export const refreshToken: GrantType = {
     checkBinding(record.jkt, dpopJkt);
 
     const audience = narrowAudience(record.audience, requestedResources, client.application, registry);
-    return issueTokens(context, {
-      kind: 'user',
-      clientId: record.clientId,
-      userId: record.userId,
-      familyId: record.familyId,
-      scopes: narrowScopes(record.scopes, requestedScopes),
-      grantScopes: record.scopes,
-      jkt: dpopJkt,
-      // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
-      bindRefreshToken: record.jkt !== undefined,
-      audience: audience.token,
-      grantAudience: audience.grant,
-    });
+    return issueTokens(
+      context,
+      {
+        kind: 'user',
+        clientId: record.clientId,
+        userId: record.userId,
+        familyId: record.familyId,
+        scopes: narrowScopes(record.scopes, requestedScopes),
+        grantScopes: record.scopes,
+        jkt: dpopJkt,
+        // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
+        bindRefreshToken: record.jkt !== undefined,
+        audience: audience.token,
+        grantAudience: audience.grant,
+      },
+      request.trace,
+    );
   },
 };
 
