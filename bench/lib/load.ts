@@ -1,11 +1,12 @@
 import autocannon, { type AutocannonRequest } from 'autocannon';
 import { performance } from 'node:perf_hooks';
+import { Pool } from 'undici';
 
 /**
- * One autocannon run, in this process. Latencies are recorded here from autocannon's
- * per-response event (sub-millisecond, every status) rather than from its histogram, which
- * keeps whole milliseconds and only 2xx answers: the 2,000 req/s comparison needs the
- * fractions, the unknown-token flood is all 401s.
+ * One load window, in this process: autocannon, or the steady pace below.
+ * Latencies are recorded here per response (sub-millisecond, every status) rather than from
+ * autocannon's histogram, which keeps whole milliseconds and only 2xx answers: the 2,000 req/s
+ * comparison needs the fractions, the unknown-token flood is all 401s.
  */
 export interface LoadOptions {
   url: string;
@@ -13,8 +14,10 @@ export interface LoadOptions {
   /** Seconds to run; or `amount` requests, stopping after `durationSeconds` if they take longer. */
   durationSeconds?: number;
   amount?: number;
-  /** Requests per second over all connections (autocannon's overallRate). */
+  /** Requests per second over all connections (autocannon's overallRate, or the steady pace below). */
   overallRate?: number;
+  /** `overallRate` sent at a steady pace, not as each second's rush. */
+  steady?: boolean;
   request: AutocannonRequest;
   /** Status every answer should have (or one of them: a rate limited row's 200 and 429); anything else counts as unexpected. */
   expectedStatus: number | readonly number[];
@@ -45,6 +48,8 @@ export interface LoadWindow {
 }
 
 export async function runLoadWindow(options: LoadOptions): Promise<LoadWindow> {
+  if (options.steady === true && options.overallRate !== undefined && options.request.setupRequest === undefined)
+    return runPacedWindow(options, options.overallRate);
   const latencies = new LatencyRecorder();
   const started = performance.now();
   const instance = autocannon({
@@ -72,6 +77,63 @@ export async function runLoadWindow(options: LoadOptions): Promise<LoadWindow> {
     unexpected: requests - [options.expectedStatus].flat().reduce((sum, status) => sum + (statuses[String(status)] ?? 0), 0),
     latencies,
   };
+}
+
+/** How often the paced load sends what is due (a late tick catches up). */
+const PACE_TICK_MS = 1;
+const REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * A steady `rate` over `connections` keep-alive connections: a request beyond them waits for
+ * one, and that wait counts in its latency (a late timer's does not). Not autocannon's
+ * overallRate, which lets each connection send its share of a second as fast as the answers
+ * come and then pause until the next second: 3,000 req/s arrive as a few hundred milliseconds
+ * of back-to-back requests, from which a rate limit of 1,000/s with a burst of 100 rightly
+ * admits only its burst and a request per millisecond of the rush (about 0.75x its rate).
+ */
+async function runPacedWindow(options: LoadOptions, rate: number): Promise<LoadWindow> {
+  const latencies = new LatencyRecorder();
+  const statuses: Record<string, number> = {};
+  const pool = new Pool(options.url, { connections: options.connections, headersTimeout: REQUEST_TIMEOUT_MS, bodyTimeout: REQUEST_TIMEOUT_MS });
+  const { method = 'GET', path = '/', headers, body } = options.request;
+  const limit = options.amount ?? Number.POSITIVE_INFINITY;
+  const durationMs = (options.durationSeconds ?? (options.amount === undefined ? 5 : Number.POSITIVE_INFINITY)) * 1000;
+  const pending = new Set<Promise<void>>();
+  let sent = 0;
+  let errors = 0;
+  const started = performance.now();
+  const send = () => {
+    const sentAt = performance.now();
+    const answered = pool.request({ method: method as 'GET', path, headers, body }).then(
+      async (answer) => {
+        await answer.body.dump();
+        latencies.record(performance.now() - sentAt);
+        statuses[answer.statusCode] = (statuses[answer.statusCode] ?? 0) + 1;
+      },
+      () => {
+        errors += 1;
+      },
+    );
+    const tracked = answered.finally(() => pending.delete(tracked));
+    pending.add(tracked);
+  };
+  await new Promise<void>((resolve) => {
+    const tick = setInterval(() => {
+      const elapsed = performance.now() - started;
+      const due = Math.min(limit, Math.floor((rate * Math.min(elapsed, durationMs)) / 1000));
+      for (; sent < due; sent += 1) send();
+      if (sent >= limit || elapsed >= durationMs) {
+        clearInterval(tick);
+        resolve();
+      }
+    }, PACE_TICK_MS);
+  });
+  await Promise.all(pending);
+  const seconds = (performance.now() - started) / 1000;
+  await pool.close();
+  const requests = Object.values(statuses).reduce((total, count) => total + count, 0);
+  const expected = [options.expectedStatus].flat().reduce((total, status) => total + (statuses[String(status)] ?? 0), 0);
+  return { requests, seconds, statuses, errors, unexpected: requests - expected, latencies };
 }
 
 /** Several windows of one scenario as one measurement: counts and times added, latencies pooled. */

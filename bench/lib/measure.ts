@@ -97,6 +97,8 @@ export interface Row {
   /** Connections and overall requests per second; by default 50 connections, as fast as answered. */
   connections?: number;
   rate?: number;
+  /** The rate sent at a steady pace rather than as autocannon's per-second rushes (the load's `steady`). */
+  steady?: boolean;
 }
 
 /** An entry of the run: BENCH_ONLY names its id or any of its rows'. */
@@ -182,7 +184,11 @@ const warmed = new WeakSet<Tier>();
 
 async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, seconds: number, first: boolean): Promise<Window> {
   const { settings } = bench;
-  const shape = { url: tier.url, connections: row.connections ?? settings.connections, ...(row.rate === undefined ? {} : { overallRate: row.rate }) };
+  const shape = {
+    url: tier.url,
+    connections: row.connections ?? settings.connections,
+    ...(row.rate === undefined ? {} : { overallRate: row.rate, steady: row.steady === true }),
+  };
   if (first) {
     // A fresh Node process runs its first seconds unoptimized: its first row warms up longer.
     const fresh = !warmed.has(tier);

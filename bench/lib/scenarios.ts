@@ -363,6 +363,7 @@ export const rateLimitOver: Row = {
   tier: rateLimitedTokengate,
   rate: OVER_LIMIT_RATE,
   connections: 10,
+  steady: true,
   async traffic(bench) {
     return { request: { ...bench.me, path: OVER_LIMIT }, expectedStatus: [200, 429] };
   },
@@ -378,6 +379,7 @@ export const rateLimitOverCommands: Row = {
   tier: rateLimitedTokengate,
   rate: OVER_LIMIT_RATE,
   connections: 10,
+  steady: true,
   async traffic(bench, tier) {
     await (await fetch(`${tier.url}${OVER_LIMIT}`, { headers: bench.me.headers as Record<string, string> })).arrayBuffer();
     bench.results.rateLimitOver = { commands: -(await commandsExecuted(bench.redis.store.backend)), seconds: 0, refused: 0 };
