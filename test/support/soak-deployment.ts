@@ -81,6 +81,13 @@ function sidecarConfig(options: {
   ].join('\n');
 }
 
+/**
+ * The heap the image gives each process (the Dockerfile's NODE_OPTIONS): memory is judged as it
+ * ships. Under node's default limit (a quarter of this machine's memory) V8 grows a busy worker's
+ * heap lazily, tens of MB in minutes, which reads as growth without being a leak.
+ */
+const IMAGE_NODE_OPTIONS = /^\s*(?:ENV\s+)?NODE_OPTIONS="([^"]*)"/m.exec(readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8'))![1]!;
+
 async function startSidecar(
   name: string,
   configs: TempConfigs,
@@ -90,6 +97,7 @@ async function startSidecar(
   const serve = await startServe(configs.write(sidecarConfig({ ...options, port, decisionsPort })), {
     SOAK_REDIS_PASSWORD: SENTINEL_DATA_PASSWORD,
     SOAK_SENTINEL_PASSWORD: SENTINEL_OWN_PASSWORD,
+    NODE_OPTIONS: IMAGE_NODE_OPTIONS,
   });
   return { name, serve, publicUrl: serve.publicUrl, opsUrl: serve.opsUrl, decisionsUrl: `http://127.0.0.1:${decisionsPort}` };
 }
