@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RedisStore } from '../src/store/redis.js';
 import { lagReplicaThenFailOver, runFailover, summarize, startFailoverSidecars } from './support/failover.js';
 import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
 import type { RunningTokengate } from './support/instance.js';
@@ -136,25 +137,17 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     const asked = sentinel.sentinels[0]!;
     asked.pause();
     try {
-      await victim.kill();
-      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+      await killAndAwaitPromotion(victim, successor);
       // The announcement has reached the store's failover detector on the other two sentinels.
       await sleep(1_000);
     } finally {
       asked.resume();
     }
     try {
-      const answering = () =>
-        store.ping().then(
-          () => true,
-          () => false,
-        );
-      await eventually(answering, 15_000);
+      await answersAgain(store);
     } finally {
       await store.close();
-      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
-      await sentinel.waitUntilHealthy(successor);
-      await deleteTopologyPrefix(topology, prefix);
+      await restoreAsReplica(victim, successor, prefix);
     }
   });
 
@@ -168,20 +161,12 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     const frozen = sentinel.sentinels[0]!;
     frozen.pause();
     try {
-      await victim.kill();
-      await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
-      const answering = () =>
-        store.ping().then(
-          () => true,
-          () => false,
-        );
-      await eventually(answering, 15_000);
+      await killAndAwaitPromotion(victim, successor);
+      await answersAgain(store);
     } finally {
       frozen.resume();
       await store.close();
-      await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
-      await sentinel.waitUntilHealthy(successor);
-      await deleteTopologyPrefix(topology, prefix);
+      await restoreAsReplica(victim, successor, prefix);
     }
   });
 
@@ -222,3 +207,26 @@ describe('Redis Sentinel: the master fails over under traffic', () => {
     }
   });
 });
+
+/** Kills the master and waits until the sentinels have promoted `successor`. */
+async function killAndAwaitPromotion(victim: RedisNode, successor: RedisNode): Promise<void> {
+  await victim.kill();
+  await eventually(async () => String(await successor.command('INFO', 'replication')).includes('role:master'), 30_000);
+}
+
+/** The store answers a ping again within 15 s. */
+async function answersAgain(store: RedisStore): Promise<void> {
+  const answering = () =>
+    store.ping().then(
+      () => true,
+      () => false,
+    );
+  await eventually(answering, 15_000);
+}
+
+/** The killed master back as a replica of its successor, the set-up healthy, the test's keys gone. */
+async function restoreAsReplica(victim: RedisNode, successor: RedisNode, prefix: string): Promise<void> {
+  await victim.start(['--replicaof', '127.0.0.1', String(successor.port)]);
+  await topology.sentinel.waitUntilHealthy(successor);
+  await deleteTopologyPrefix(topology, prefix);
+}

@@ -1,9 +1,9 @@
 import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { generateTagKey } from '../src/token/token-value.js';
 import { startServe, tempConfigs, type ServeProcess } from './support/cli.js';
-import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
-import { createTestRedisStore, deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { startUpstream, storeUserToken, type Upstream } from './support/gateway.js';
+import { deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 import { eventually, sleep } from './support/wait.js';
 
 /**
@@ -28,10 +28,7 @@ let token: string;
 
 beforeAll(async () => {
   upstream = await startUpstream();
-  const store = createTestRedisStore(prefix);
-  token = createTokenMinter(decodeTagKey(tagKey)).mint();
-  await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 600_000 });
-  await store.close();
+  token = await storeUserToken(prefix, tagKey, 600_000);
 });
 
 afterAll(async () => {

@@ -2,10 +2,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workerCount } from '../src/serve/worker-count.js';
-import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { generateTagKey } from '../src/token/token-value.js';
 import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
-import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
-import { createTestRedisStore, deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { startUpstream, storeUserToken, type Upstream } from './support/gateway.js';
+import { deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 import { callerTraceparent, startCollector } from './support/otlp.js';
 import { eventually } from './support/wait.js';
 
@@ -24,10 +24,7 @@ let token: string;
 
 beforeAll(async () => {
   upstream = await startUpstream();
-  const store = createTestRedisStore(prefix);
-  token = createTokenMinter(decodeTagKey(tagKey)).mint();
-  await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 600_000 });
-  await store.close();
+  token = await storeUserToken(prefix, tagKey, 600_000);
 });
 
 afterEach(async () => {

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
+import { generateTagKey } from '../src/token/token-value.js';
 import { startServe, tempConfigs, type ServeProcess } from './support/cli.js';
-import { startUpstream, USER_TOKEN, type Upstream } from './support/gateway.js';
+import { startUpstream, storeUserToken, type Upstream } from './support/gateway.js';
 import { parseExposition } from './support/metrics.js';
 import { startCollector, type Collector } from './support/otlp.js';
 import { runPaced, type PacedResult } from './support/paced-load.js';
-import { createTestRedisStore, deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
+import { deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 
 /**
  * A collector that is down, hangs, or answers 500, while a real `tokengate serve` traces every
@@ -27,10 +27,7 @@ let token: string;
 beforeAll(async () => {
   upstream = await startUpstream();
   collector = await startCollector();
-  const store = createTestRedisStore(prefix);
-  token = createTokenMinter(decodeTagKey(tagKey)).mint();
-  await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + 3_600_000 });
-  await store.close();
+  token = await storeUserToken(prefix, tagKey, 3_600_000);
   serve = await startServe(
     configs.write(
       `server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: 0\nlogging:\n  level: info\n` +

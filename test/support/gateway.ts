@@ -2,6 +2,8 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { withTokens, type AccessTokenRecord, type Store } from '../../src/store/store.js';
+import { createTokenMinter, decodeTagKey, tokenDigest } from '../../src/token/token-value.js';
+import { createTestRedisStore } from './redis.js';
 
 /** What an upstream received, as it received it. */
 export interface Received {
@@ -110,4 +112,19 @@ export function countingStore(store: Store): { store: Store; calls: { getAccessT
     },
   });
   return { store: withTokens(store, counted), calls };
+}
+
+/**
+ * A user token of the deployment whose tag key is `tagKey`, its record stored under `prefix` on
+ * the shared Redis: what a `tokengate serve` process of that deployment honours.
+ */
+export async function storeUserToken(prefix: string, tagKey: string, lifeMs: number): Promise<string> {
+  const store = createTestRedisStore(prefix);
+  try {
+    const token = createTokenMinter(decodeTagKey(tagKey)).mint();
+    await store.tokens.saveAccessToken(tokenDigest(token), { ...USER_TOKEN, scopes: ['public'], issuedAt: Date.now(), expiresAt: Date.now() + lifeMs });
+    return token;
+  } finally {
+    await store.close();
+  }
 }
