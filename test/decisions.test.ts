@@ -265,7 +265,9 @@ describe('the decision listener', () => {
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect((await exchange(running.port, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect(storeReads.getAccessToken - before).toBe(1);
-    await running.store.tokens.revokeAccessToken(tokenDigest(token));
+    // Revoked through this instance's cache, as its revocation endpoint does (another sidecar's
+    // revocation reaches it through the feed: test/cache-instances.test.ts).
+    await running.tokengate.context.store.tokens.revokeAccessToken(tokenDigest(token));
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(401);
   });
 
