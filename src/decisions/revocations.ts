@@ -36,6 +36,8 @@ interface Batch {
 
 interface Waiter {
   readonly response: ServerResponse;
+  /** The cursor's epoch and sequence: a history restarted meanwhile answers it with a reset. */
+  readonly epoch: string;
   readonly after: number;
   readonly timer: NodeJS.Timeout;
 }
@@ -63,9 +65,10 @@ export function ingressRevocations(tokens: Tokens, config: () => Readonly<Config
   function finish(waiter: Waiter): void {
     if (!waiters.delete(waiter)) return;
     clearTimeout(waiter.timer);
-    send(waiter.response, waiter.after);
+    send(waiter.response, waiter.epoch === history.epoch ? waiter.after : -1);
   }
 
+  /** `after`: a sequence of the current epoch, or -1 for none (the answer is a reset). */
   function send(response: ServerResponse, after: number): void {
     if (!up) return unavailable(response);
     const lines = [`cursor ${history.cursor()}`, `keep ${longest()}`];
@@ -114,7 +117,7 @@ export function ingressRevocations(tokens: Tokens, config: () => Readonly<Config
       const after = history.position(cursorOf(request.url!));
       // Something to say at once: revocations since the cursor, a reset, or that this sidecar hears none.
       if (!up || after === null || history.newerThan(after)) return send(response, after ?? -1);
-      const waiter: Waiter = { response, after, timer: setTimeout(() => finish(waiter), POLL_HOLD_MS) };
+      const waiter: Waiter = { response, epoch: history.epoch, after, timer: setTimeout(() => finish(waiter), POLL_HOLD_MS) };
       waiters.add(waiter);
       response.once('close', () => {
         if (waiters.delete(waiter)) clearTimeout(waiter.timer);
@@ -157,16 +160,20 @@ function longestBound(config: () => Readonly<Config>): () => number {
 
 /** The revocations heard in this epoch, newest last, as many digests as HISTORY_DIGESTS. */
 class RevocationHistory {
-  private epoch = '';
+  /** Drawn anew at each restart; '' before the first. */
+  epoch = '';
+  /** The batches kept are those from `start` on: dropping the oldest is a step of `start`, and the array is compacted now and then. */
   private batches: Batch[] = [];
+  private start = 0;
   private kept = 0;
-  /** The sequence of the last batch, or of the last one dropped: a cursor below `floor` is too old. */
+  /** The sequence of the last batch, and of the last one dropped: a cursor below `floor` is too old. */
   private last = 0;
   private floor = 0;
 
   restart(): void {
     this.epoch = randomBytes(9).toString('base64url');
     this.batches = [];
+    this.start = 0;
     this.kept = 0;
     this.last = 0;
     this.floor = 0;
@@ -176,10 +183,14 @@ class RevocationHistory {
     this.last += 1;
     this.batches.push({ sequence: this.last, digests });
     this.kept += digests.length;
-    while (this.kept > HISTORY_DIGESTS && this.batches.length > 1) {
-      const dropped = this.batches.shift()!;
+    while (this.kept > HISTORY_DIGESTS && this.batches.length - this.start > 1) {
+      const dropped = this.batches[this.start++]!;
       this.kept -= dropped.digests.length;
       this.floor = dropped.sequence;
+    }
+    if (this.start > 1_024 && this.start * 2 > this.batches.length) {
+      this.batches = this.batches.slice(this.start);
+      this.start = 0;
     }
   }
 
@@ -191,10 +202,9 @@ class RevocationHistory {
   position(cursor: string | null): number | null {
     if (cursor === null || this.epoch === '') return null;
     const dot = cursor.lastIndexOf('.');
-    if (dot === -1 || cursor.slice(0, dot) !== this.epoch) return null;
+    if (dot === -1 || cursor.slice(0, dot) !== this.epoch || !/^\d{1,15}$/.test(cursor.slice(dot + 1))) return null;
     const sequence = Number(cursor.slice(dot + 1));
-    if (!Number.isSafeInteger(sequence) || sequence < this.floor || sequence > this.last) return null;
-    return sequence;
+    return sequence < this.floor || sequence > this.last ? null : sequence;
   }
 
   newerThan(sequence: number): boolean {
@@ -205,7 +215,8 @@ class RevocationHistory {
   since(sequence: number): string[] | null {
     if (sequence < this.floor || sequence > this.last) return null;
     const digests: string[] = [];
-    for (let index = this.batches.length - 1; index >= 0 && this.batches[index]!.sequence > sequence; index--) digests.push(...this.batches[index]!.digests);
+    for (let index = this.batches.length - 1; index >= this.start && this.batches[index]!.sequence > sequence; index--)
+      digests.push(...this.batches[index]!.digests);
     return digests;
   }
 }
