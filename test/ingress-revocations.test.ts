@@ -31,7 +31,7 @@ const REVOCATION_BOUND_MS = 1_000;
 const CUT_BOUND_MS = 4_000;
 const REVOCATIONS = 210;
 /** Revocations in flight at once, each followed by a request every POLL_MS until refused (all from this process, which hosts the sidecars too). */
-const AT_ONCE = 10;
+const AT_ONCE = 5;
 const POLL_MS = 10;
 
 const ROUTES = [{ path: '/api/public/me', methods: ['GET'], token: 'user', scopes: ['public'], decisionCacheSeconds: BOUND_SECONDS }];
