@@ -32,6 +32,7 @@ export const SYSTEM = [
   'test/failover-cluster.test.ts',
   'test/failover-sentinel.test.ts',
   'test/ingress.test.ts',
+  'test/ingress-revocations.test.ts',
   'test/metrics-exemplars-prometheus.test.ts',
   'test/monitoring.test.ts',
   'test/quick-start.test.ts',

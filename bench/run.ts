@@ -22,6 +22,7 @@ import {
   forgedFlood,
   issuance,
   nginxDecisionCache,
+  nginxDecisionCacheRevoking,
   nginxDecisions,
   nginxProxy,
   rateLimitCommands,
@@ -51,7 +52,20 @@ import { ME } from './lib/tokengate-config.js';
  * scenario are measured in turns; a row added to a list is measured in turns with the others.
  */
 const SCENARIOS: Scenario[] = [
-  rowsInTurns('one-core', [direct, floor, bareProxy, nginxProxy, nginxRedis, nginxLru, nginxDecisions, nginxDecisionCache, cacheHit, cacheMiss, clusterMiss]),
+  rowsInTurns('one-core', [
+    direct,
+    floor,
+    bareProxy,
+    nginxProxy,
+    nginxRedis,
+    nginxLru,
+    nginxDecisions,
+    nginxDecisionCache,
+    nginxDecisionCacheRevoking,
+    cacheHit,
+    cacheMiss,
+    clusterMiss,
+  ]),
   // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
   rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),

@@ -9,7 +9,8 @@ import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
 import type { RequestTrace } from '../tracing/index.js';
 import { originalRequestReader } from './original-request.js';
-import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
+import { tokenDigest } from '../token/token-value.js';
+import { CACHE_SECONDS_HEADER, reusableSeconds, TOKEN_DIGEST_HEADER } from './reuse.js';
 
 /** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
 const BODY_HEADER = 'x-tokengate-error-body';
@@ -85,7 +86,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     if (token.userId === null) headers.push(userIdHeader, '');
     checked.admission?.appendFields(headers);
     const reusable = reusableSeconds(route, checked, request.headers.dpop);
-    if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable));
+    if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable), TOKEN_DIGEST_HEADER, tokenDigest(checked.credential.token));
     // The check's span, for an ingress that puts it on the request it forwards (the resource service's spans then hang under it).
     trace?.answerWith(headers);
     headers.push('cache-control', 'no-store', 'content-length', '0');
