@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { decodeJwt, decodeProtectedHeader, generateKeyPair, SignJWT } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createIdentityVerifier, createTicketingApi, SIGNED_IDENTITY_HEADER } from '../examples/ticketing-api/server.mjs';
-import { CachedTokens } from '../src/store/cached.js';
+import { type CachedTokens } from '../src/store/cached.js';
 import { memoryKeySetStore, redisKeySetStore } from '../src/identity/key-set-store.js';
 import { JWKS_PATH } from '../src/identity/jwks-endpoint.js';
 import { tokenDigest } from '../src/token/token-value.js';
