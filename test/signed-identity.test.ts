@@ -10,6 +10,7 @@ import { tokenDigest } from '../src/token/token-value.js';
 import { APPLICATION_TOKEN, closeServer } from './support/gateway.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
+import { runCli, tempConfigs } from './support/cli.js';
 import { eventually } from './support/wait.js';
 
 /**
@@ -244,6 +245,31 @@ describe('a resource service verifying the signed identity behind four sidecars 
       expect(kidOf(answer.body.received.headers[SIGNED_IDENTITY_HEADER]!)).toBe(rotations[1]);
     }
   }, 60_000);
+});
+
+describe('the tokengate command', () => {
+  const configs = tempConfigs();
+  afterAll(() => configs.remove());
+
+  it('keys rotate and keys list call the admin API of the running instance; check refuses a bad algorithm by its key', async () => {
+    const instance = await startTokengate('identity-cli', { config: { signedIdentity: { enabled: true } } });
+    try {
+      const file = configs.write(`admin:\n  host: 127.0.0.1\n  port: ${new URL(instance.opsUrl).port}\n`);
+      const before = instance.tokengate.context.identity!.ring.describe();
+      const rotated = await runCli(['keys', 'rotate', '--config', file]);
+      expect(rotated.code).toBe(0);
+      expect(rotated.stdout).toMatch(/^Created signing key [A-Za-z0-9_-]{43}: published now, signing from \d{4}-/);
+      const listed = await runCli(['keys', 'list', '--json', '--config', file]);
+      const { keys } = JSON.parse(listed.stdout) as { keys: Array<{ kid: string }> };
+      expect(keys.map((key) => key.kid)).toEqual([before[0]!.kid, /key ([A-Za-z0-9_-]{43})/.exec(rotated.stdout)![1]]);
+      expect(listed.stdout).not.toMatch(/privateJwe|"d"/);
+    } finally {
+      await instance.close();
+    }
+    const refused = await runCli(['check', '--config', configs.write('signedIdentity:\n  enabled: true\n  algorithm: HS256\n')]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('signedIdentity.algorithm');
+  }, 30_000);
 });
 
 describe('the key set in the store', () => {
