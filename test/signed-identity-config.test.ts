@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../src/load-config.js';
 import { longestAssertion } from '../src/identity/config-checks.js';
 import { TOO_LARGE } from '../src/identity/index.js';
+import { configHash } from '../src/config/reload.js';
 
 /** The config checks of the signed identity: every problem names its key. */
 
@@ -99,5 +100,12 @@ describe('signedIdentity in the config', () => {
       expect.objectContaining({ path: 'signedIdentity.header' }),
     );
     expect(problemsOf({ ...base, signedIdentity: { enabled: true, keyEncryptionKey: Buffer.alloc(32, 7).toString('base64url') } })).toEqual([]);
+  });
+
+  it('keeps the key encryption key out of the published config hash', () => {
+    const withKey = (key: string) =>
+      configHash(parseConfig(JSON.stringify({ ...base, signedIdentity: { enabled: true, keyEncryptionKey: key } }), 'identity.yaml', {}));
+    expect(withKey(Buffer.alloc(32, 1).toString('base64url'))).toBe(withKey(Buffer.alloc(32, 2).toString('base64url')));
+    expect(withKey(Buffer.alloc(32, 1).toString('base64url'))).not.toBe(withKey(''));
   });
 });
