@@ -293,6 +293,25 @@ describe('the key set in the store', () => {
     }
   });
 
+  it('signs with Ed25519 keys when signedIdentity.algorithm is EdDSA, which the example service verifies', async () => {
+    let verifier: Awaited<ReturnType<typeof createIdentityVerifier>> | null = null;
+    const service = createTicketingApi({ api: 'all', verifyIdentity: (headers) => verifier!(headers) });
+    const serviceUrl = await listen(service);
+    const instance = await startTokengate('identity-eddsa', {
+      config: { routes: routesTo(serviceUrl), signedIdentity: { enabled: true, algorithm: 'EdDSA' } },
+    });
+    try {
+      verifier = await createIdentityVerifier({ jwksUrl: `${instance.baseUrl}${JWKS_PATH}`, issuer: ISSUER, audience: AUDIENCE });
+      const answer = await call(instance, '/api/public/me', await instance.issue({ userId: 'user-ed' }));
+      expect(answer.status).toBe(200);
+      expect(answer.body.user_id).toBe('user-ed');
+      expect(decodeProtectedHeader(answer.body.received.headers[SIGNED_IDENTITY_HEADER]!).alg).toBe('EdDSA');
+    } finally {
+      await instance.close();
+      await closeServer(service);
+    }
+  });
+
   it('never holds a private key in the clear', async () => {
     const instance = await startTokengate('identity-at-rest', { config: { signedIdentity: { enabled: true } } });
     try {
