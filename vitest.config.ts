@@ -14,6 +14,7 @@ export const UNIT = [
   'test/layers.test.ts',
   'test/readme.test.ts',
   'test/request-id.test.ts',
+  'test/signed-identity-config.test.ts',
   'test/token.test.ts',
   'test/properties/config.test.ts',
   'test/properties/dpop.test.ts',

@@ -15,7 +15,9 @@ import {
   bareProxy,
   cacheHit,
   cacheHitAtRate,
+  cacheHitSigned,
   cacheMiss,
+  cacheMissSigned,
   direct,
   directAtRate,
   floor,
@@ -68,6 +70,8 @@ const SCENARIOS: Scenario[] = [
   ]),
   // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
   rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
+  // The signed identity, on a tokengate of its own: a cached token (compared with cache-hit) and a cache miss, each signed.
+  rowsInTurns('signed-identity', [cacheHitSigned, cacheMissSigned]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),

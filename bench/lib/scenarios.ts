@@ -8,7 +8,7 @@ import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxDecisions, startNginxPeer, startNginxProxy, startNodeServer, startTokengate, type Tier } from './services.js';
 import { freePort, type Placement } from './processes.js';
-import { ME, ME_CACHED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
+import { ME, ME_CACHED, ME_SIGNED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../../src/token/token-value.js';
@@ -227,6 +227,41 @@ export const cacheMiss: Row = {
   async finish(bench, tier) {
     const metrics = await scrapeMetrics(tier.opsUrl!);
     bench.results.memory.cached = { tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN, bytes: residentBytes(mainPid(tier)) };
+  },
+};
+
+// The signed identity: a tokengate of its own (its key refresh reads Redis, which the forged row counts), the route passing one.
+
+function signedIdentityTokengate(bench: Bench): Promise<Tier | string> {
+  return bench.shared('tokengate-signed', () =>
+    startTokengate(bench.group, {
+      name: 'tokengate-signed',
+      placement: 'tier',
+      config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, signedIdentity: true },
+      nodeFlags: bench.settings.nodeFlags,
+      profileDir: null,
+    }),
+  );
+}
+
+export const cacheHitSigned: Row = {
+  id: 'cache-hit-signed',
+  title: 'tokengate, cached token, signed identity',
+  tier: signedIdentityTokengate,
+  async traffic(bench) {
+    return { request: { ...bench.me, path: ME_SIGNED } };
+  },
+};
+
+export const cacheMissSigned: Row = {
+  id: 'cache-miss-signed',
+  title: 'tokengate, cache miss, signed identity',
+  tier: signedIdentityTokengate,
+  async traffic(bench, _tier, windows) {
+    const perWindow = Math.ceil(bench.settings.missTokens / windows);
+    const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, perWindow * windows));
+    // Each token once: a store read and one signature per request.
+    return { request: { method: 'GET', path: ME_SIGNED, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) }, requestsPerWindow: perWindow };
   },
 };
 

@@ -35,6 +35,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   const log = context.log.child({ listener: 'decisions' });
   const requestIdHeader = config.gateway.requestIdHeader.toLowerCase();
   const userIdHeader = config.gateway.identityHeaders.userId.toLowerCase();
+  const identityHeader = config.signedIdentity.header.toLowerCase();
   const requestsOf = requestsByRoute(context);
   const readOriginalRequest = originalRequestReader(context.metrics, requestsOf(UNROUTED));
   const refusalHeaders = keptRefusalHeaders();
@@ -84,6 +85,12 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     // Every identity header, empty when it does not apply: an ingress that copies only the
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
+    if (checked.assertion !== null) {
+      // `instead`: the identity headers go out empty, for the same reason.
+      if (route.signedIdentity?.instead === true)
+        for (let index = 1; index < headers.length; index += 2) if (headers[index - 1] !== requestIdHeader) headers[index] = '';
+      headers.push(identityHeader, checked.assertion);
+    }
     checked.admission?.appendFields(headers);
     const reusable = reusableSeconds(route, checked, request.headers.dpop);
     if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable), TOKEN_DIGEST_HEADER, tokenDigest(checked.credential.token));
