@@ -9,7 +9,8 @@ const FIRST_BYTES = 4096;
  * kept once as UTF-8 bytes in one buffer and named by a number, with a count of the entries
  * holding it: the last release frees it, so the table holds what the cache holds and no more.
  * Id 0 is never handed out (an entry's "none"). Freed bytes are reclaimed by compacting the
- * buffer once they are more than half of it.
+ * buffer once they are more than half of it. Arrays grow by half again, not double: a full
+ * cache does not carry twice the room it needs.
  *
  * One string costs its bytes and 16 bytes of bookkeeping, against some 60 to 100 bytes as a
  * JavaScript string in a Map. Lookups hash the bytes with a per-process seed: a store's values
@@ -133,7 +134,7 @@ export class InternedStrings {
       return id;
     }
     if (this.nextId === this.offsets.length) {
-      const length = this.offsets.length * 2;
+      const length = Math.ceil(this.offsets.length * 1.5);
       this.offsets = grown(this.offsets, length);
       this.lengths = grown(this.lengths, length);
       this.references = grown(this.references, length);
@@ -146,7 +147,7 @@ export class InternedStrings {
   private reserve(length: number): number {
     if (this.end + length > this.bytes.length) {
       if (this.liveBytes < this.end / 2) this.compact(this.bytes.length);
-      if (this.end + length > this.bytes.length) this.compact(Math.max(this.bytes.length * 2, 2 ** Math.ceil(Math.log2(this.liveBytes + length))));
+      if (this.end + length > this.bytes.length) this.compact(Math.ceil(Math.max(this.bytes.length, this.liveBytes + length) * 1.5));
     }
     const offset = this.end;
     this.end += length;

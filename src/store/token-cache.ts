@@ -32,6 +32,10 @@ interface Profile {
 }
 
 const NO_AUDIENCE = Object.freeze([]) as unknown as string[];
+/** Marks a time kept in ValidTokens' wideTimes. */
+const WIDE = 0xffffffff;
+/** Whether a span of ms fits a 32-bit column (below WIDE, which marks the others). */
+const fitsColumn = (ms: number) => Number.isInteger(ms) && ms >= 0 && ms < WIDE;
 /** Most views (objects handed out by hits) kept; a view costs some 200 bytes. */
 const MOST_VIEWS = 4096;
 
@@ -130,8 +134,13 @@ export class ValidTokens {
   private readonly strings = new InternedStrings();
   // Columns, by slot.
   private expiresAt = new Float64Array(0);
-  private issuedAt = new Float64Array(0);
-  private freshUntil = new Float64Array(0);
+  /**
+   * issuedAt and freshUntil as ms before expiresAt: 32 bits hold 49 days. A token issued longer
+   * before its expiry, or cached longer before it, keeps the exact value in `wideTimes` (marked WIDE).
+   */
+  private issuedBefore = new Uint32Array(0);
+  private freshBefore = new Uint32Array(0);
+  private readonly wideTimes = new Map<number, { issuedAt: number; freshUntil: number }>();
   private profile = new Uint32Array(0);
   /** Interned ids; 0: none (null, or no DPoP binding). */
   private user = new Uint32Array(0);
@@ -178,7 +187,7 @@ export class ValidTokens {
   /** Whether `entry` is still what the cache holds for `digest` (not dropped or replaced since); recency unchanged. */
   holds(digest: string, entry: CachedToken): boolean {
     const slot = this.table.find(digest);
-    return slot >= 0 && this.freshUntil[slot] === entry.freshUntil && this.expiresAt[slot] === entry.expiresAt;
+    return slot >= 0 && this.expiresAt[slot] === entry.expiresAt && this.freshUntilAt(slot) === entry.freshUntil;
   }
 
   /** The entry a record read at `now` makes; frozen, sharing what it can with the entries held. */
@@ -195,9 +204,7 @@ export class ValidTokens {
       this.release(slot);
       this.table.touch(slot);
     } else slot = this.table.insert(digest);
-    this.expiresAt[slot] = entry.expiresAt;
-    this.issuedAt[slot] = entry.issuedAt;
-    this.freshUntil[slot] = entry.freshUntil;
+    this.setTimes(slot, entry);
     this.profile[slot] = this.profiles.acquire(this.profiles.of(entry));
     this.user[slot] = entry.userId === null ? 0 : this.strings.acquire(entry.userId);
     this.family[slot] = entry.familyId === null ? 0 : this.strings.acquire(entry.familyId);
@@ -233,6 +240,7 @@ export class ValidTokens {
     this.views.fill(undefined);
     this.viewSlots.fill(0);
     this.attachments.clear();
+    this.wideTimes.clear();
   }
 
   /**
@@ -287,10 +295,32 @@ export class ValidTokens {
       user === 0 ? null : this.strings.value(user),
       family === 0 ? null : this.strings.value(family),
       jkt === 0 ? undefined : this.strings.value(jkt),
-      this.issuedAt[slot]!,
+      this.issuedAtOf(slot),
       this.expiresAt[slot]!,
-      this.freshUntil[slot]!,
+      this.freshUntilAt(slot),
     );
+  }
+
+  private setTimes(slot: number, { issuedAt, expiresAt, freshUntil }: CachedToken): void {
+    this.expiresAt[slot] = expiresAt;
+    const issuedBefore = expiresAt - issuedAt;
+    const freshBefore = expiresAt - freshUntil;
+    if (fitsColumn(issuedBefore) && fitsColumn(freshBefore)) {
+      this.issuedBefore[slot] = issuedBefore;
+      this.freshBefore[slot] = freshBefore;
+      this.wideTimes.delete(slot);
+    } else {
+      this.issuedBefore[slot] = this.freshBefore[slot] = WIDE;
+      this.wideTimes.set(slot, { issuedAt, freshUntil });
+    }
+  }
+
+  private issuedAtOf(slot: number): number {
+    return this.issuedBefore[slot] === WIDE ? this.wideTimes.get(slot)!.issuedAt : this.expiresAt[slot]! - this.issuedBefore[slot]!;
+  }
+
+  private freshUntilAt(slot: number): number {
+    return this.freshBefore[slot] === WIDE ? this.wideTimes.get(slot)!.freshUntil : this.expiresAt[slot]! - this.freshBefore[slot]!;
   }
 
   private keepView(slot: number, entry: CachedToken): CachedToken {
@@ -310,6 +340,7 @@ export class ValidTokens {
       this.views[view] = undefined;
     }
     this.attachments.delete(slot);
+    this.wideTimes.delete(slot);
   }
 
   private dropped(slot: number, reason: DropReason, onEvict: () => void): void {
@@ -319,8 +350,8 @@ export class ValidTokens {
 
   private grow(length: number): void {
     this.expiresAt = grown(this.expiresAt, length);
-    this.issuedAt = grown(this.issuedAt, length);
-    this.freshUntil = grown(this.freshUntil, length);
+    this.issuedBefore = grown(this.issuedBefore, length);
+    this.freshBefore = grown(this.freshBefore, length);
     this.profile = grown(this.profile, length);
     this.user = grown(this.user, length);
     this.family = grown(this.family, length);

@@ -32,9 +32,10 @@ const record = fc.record({
   scopes: fc.constantFrom<string[]>(['public'], ['public', 'staff'], []),
   familyId: fc.constantFrom<string | null>(...FAMILIES),
   audience: fc.constantFrom<string[] | undefined>(undefined, [], ['https://api.example/a'], ['https://api.example/a', 'https://api.example/b']),
-  issuedAt: fc.integer({ min: 0, max: 5_000 }),
-  /** From now: a token may be close to its expiry, or past it. */
-  expiresIn: fc.integer({ min: -200, max: 4_000 }),
+  /** Some issued more than 49 days before their expiry, or (a clock off) after it: times kept apart from the 32-bit columns. */
+  issuedAt: fc.oneof(fc.integer({ min: 0, max: 5_000 }), fc.constantFrom(-5_000_000_000, 2_000_000)),
+  /** From now: a token may be close to its expiry, past it, or months from it. */
+  expiresIn: fc.oneof(fc.integer({ min: -200, max: 4_000 }), fc.constant(5_000_000_000)),
   jkt: fc.constantFrom<string | undefined>(undefined, 'thumbprint-1', 'thumbprint-2'),
 });
 
