@@ -158,13 +158,15 @@ export class ValidTokens {
     private readonly ttlMs: number,
     private readonly staleMs: number,
     onEvict: () => void,
+    /** Most objects kept for hits to hand out again (a power of two). */
+    mostViews = MOST_VIEWS,
   ) {
     this.table = new DigestTable(
       capacity,
       (slot, reason) => this.dropped(slot, reason, onEvict),
       (length) => this.grow(length),
     );
-    const viewCount = Math.min(MOST_VIEWS, 2 ** Math.ceil(Math.log2(capacity)));
+    const viewCount = Math.min(mostViews, 2 ** Math.ceil(Math.log2(capacity)));
     this.views = new Array<CachedToken | undefined>(viewCount).fill(undefined);
     this.viewSlots = new Int32Array(viewCount);
     this.viewMask = viewCount - 1;
