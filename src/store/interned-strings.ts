@@ -24,6 +24,8 @@ export class InternedStrings {
   // Per id.
   private offsets = new Uint32Array(FIRST_IDS);
   private lengths = new Uint32Array(FIRST_IDS);
+  /** 1 for a string of ASCII only, decoded as Latin-1: a copy, no UTF-8 decoding. */
+  private ascii = new Uint8Array(FIRST_IDS);
   private references = new Uint32Array(FIRST_IDS);
   /** Next id in the same bucket; for a free id, the next free one. */
   private chain = new Int32Array(FIRST_IDS);
@@ -54,6 +56,7 @@ export class InternedStrings {
     this.scratch.copy(this.bytes, offset, 0, length);
     this.offsets[id] = offset;
     this.lengths[id] = length;
+    this.ascii[id] = length === value.length ? 1 : 0;
     this.references[id] = 1;
     const bucket = code & (this.buckets.length - 1);
     this.chain[id] = this.buckets[bucket]!;
@@ -89,7 +92,8 @@ export class InternedStrings {
 
   value(id: number): string {
     const offset = this.offsets[id]!;
-    return this.bytes.toString('utf8', offset, offset + this.lengths[id]!);
+    const end = offset + this.lengths[id]!;
+    return this.bytes.toString(this.ascii[id] === 1 ? 'latin1' : 'utf8', offset, end);
   }
 
   /** Forgets every string at once and gives the memory back. */
@@ -98,6 +102,7 @@ export class InternedStrings {
     this.end = this.liveBytes = 0;
     this.offsets = new Uint32Array(FIRST_IDS);
     this.lengths = new Uint32Array(FIRST_IDS);
+    this.ascii = new Uint8Array(FIRST_IDS);
     this.references = new Uint32Array(FIRST_IDS);
     this.chain = new Int32Array(FIRST_IDS);
     this.buckets = new Int32Array(FIRST_IDS);
@@ -137,6 +142,7 @@ export class InternedStrings {
       const length = Math.ceil(this.offsets.length * 1.5);
       this.offsets = grown(this.offsets, length);
       this.lengths = grown(this.lengths, length);
+      this.ascii = grown(this.ascii, length);
       this.references = grown(this.references, length);
       this.chain = grown(this.chain, length);
     }

@@ -36,8 +36,8 @@ const NO_AUDIENCE = Object.freeze([]) as unknown as string[];
 const WIDE = 0xffffffff;
 /** Whether a span of ms fits a 32-bit column (below WIDE, which marks the others). */
 const fitsColumn = (ms: number) => Number.isInteger(ms) && ms >= 0 && ms < WIDE;
-/** Most views (objects handed out by hits) kept; a view costs some 200 bytes. */
-const MOST_VIEWS = 4096;
+/** Most views (objects handed out by hits) kept: some 200 bytes each, 3 MB in all; a token beyond them costs its hit a new object (about half a microsecond). */
+const MOST_VIEWS = 16384;
 
 /**
  * Profiles, counted by the entries holding them. One not held (just read, or its last entry
@@ -291,7 +291,9 @@ export class ValidTokens {
   }
 
   private entryAt(slot: number): CachedToken {
-    const [user, family, jkt] = [this.user[slot]!, this.family[slot]!, this.jkt[slot]!];
+    const user = this.user[slot]!;
+    const family = this.family[slot]!;
+    const jkt = this.jkt[slot]!;
     return this.entry(
       this.profiles.at(this.profile[slot]!),
       user === 0 ? null : this.strings.value(user),
