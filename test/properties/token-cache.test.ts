@@ -45,9 +45,26 @@ const operation = fc.oneof(
   { weight: 5, arbitrary: fc.record({ op: fc.constant('get' as const), digest }) },
   { weight: 3, arbitrary: fc.record({ op: fc.constant('advance' as const), ms: fc.integer({ min: 0, max: 900 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('delete' as const), digest }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant('revoke' as const), field: fc.constant('userId' as const), value: fc.constantFrom<string>('user-1', 'user-2', 'ü-3') }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant('revoke' as const), field: fc.constant('familyId' as const), value: fc.constantFrom<string>('family-1', 'family-2') }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant('revoke' as const), field: fc.constant('clientId' as const), value: fc.constantFrom<string>(...CLIENTS) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      op: fc.constant('revoke' as const),
+      field: fc.constant('userId' as const),
+      value: fc.constantFrom<string>('user-1', 'user-2', 'ü-3'),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      op: fc.constant('revoke' as const),
+      field: fc.constant('familyId' as const),
+      value: fc.constantFrom<string>('family-1', 'family-2'),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ op: fc.constant('revoke' as const), field: fc.constant('clientId' as const), value: fc.constantFrom<string>(...CLIENTS) }),
+  },
   { weight: 1, arbitrary: fc.record({ op: fc.constant('attach' as const), digest, value: fc.constantFrom('assertion-1', 'assertion-2') }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('unknown' as const), digest }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant('isUnknown' as const), digest }) },
@@ -60,7 +77,21 @@ type Operation = typeof operation extends fc.Arbitrary<infer T> ? T : never;
 function answer(entry: CachedToken | ModelEntry | undefined, now: number) {
   if (entry === undefined) return undefined;
   const { kind, clientId, userId, scopes, scope, familyId, audience, issuedAt, expiresAt, jkt, freshUntil, staleUntil } = entry;
-  return { kind, clientId, userId, scopes: [...scopes], scope, familyId, audience: [...audience], issuedAt, expiresAt, jkt, freshUntil, staleUntil, fresh: now < freshUntil };
+  return {
+    kind,
+    clientId,
+    userId,
+    scopes: [...scopes],
+    scope,
+    familyId,
+    audience: [...audience],
+    issuedAt,
+    expiresAt,
+    jkt,
+    freshUntil,
+    staleUntil,
+    fresh: now < freshUntil,
+  };
 }
 
 interface ModelEntry extends CachedToken {
@@ -185,7 +216,12 @@ function run(capacity: number, unknownCapacity: number, views: number, operation
         model.unknown.clear();
         break;
     }
-    expect([valid.size, unknown.size, evictions, unknownEvictions]).toEqual([model.valid.size, model.unknown.size, model.validEvictions, model.unknownEvictions]);
+    expect([valid.size, unknown.size, evictions, unknownEvictions]).toEqual([
+      model.valid.size,
+      model.unknown.size,
+      model.validEvictions,
+      model.unknownEvictions,
+    ]);
   }
   // Whatever is left answers as the model's does, in the model's recency order.
   for (const digest of [...model.valid.keys()]) expect(answer(valid.get(digest), now)).toEqual(answer(model.get(digest), now));
@@ -198,7 +234,13 @@ describe('token cache tables against a Map model', () => {
     async () => {
       await holds(
         'token cache tables',
-        fc.property(fc.integer({ min: 1, max: 5 }), fc.integer({ min: 1, max: 4 }), fc.constantFrom(1, 2, 4096), fc.array(operation, { minLength: 10, maxLength: 100, size: 'max' }), run),
+        fc.property(
+          fc.integer({ min: 1, max: 5 }),
+          fc.integer({ min: 1, max: 4 }),
+          fc.constantFrom(1, 2, 4096),
+          fc.array(operation, { minLength: 10, maxLength: 100, size: 'max' }),
+          run,
+        ),
         300,
       );
     },
