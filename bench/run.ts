@@ -61,7 +61,7 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('soak', [soak], (settings) => ({ rounds: 1, seconds: settings.soakSeconds })),
   rowsInTurns('unknown-flood', [unknownTokenFlood], () => ({ rounds: 1, seconds: 0 })),
   // A tokengate of its own, a cache of BENCH fillTokens (1,000,000) entries filled once: alone, its memory its own.
-  rowsInTurns('cache-fill', [cacheFill], () => ({ rounds: 1, seconds: 0 })),
+  rowsInTurns('cache-fill', [cacheFill], () => ({ rounds: 20, seconds: 0 })),
   revocation,
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
