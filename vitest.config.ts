@@ -20,6 +20,7 @@ export const UNIT = [
   'test/properties/dpop.test.ts',
   'test/properties/interim-answers.test.ts',
   'test/properties/scope-and-resource.test.ts',
+  'test/properties/token-cache.test.ts',
   'test/rate-limits-model.test.ts',
 ];
 

@@ -13,6 +13,7 @@ import { startRedis } from './lib/redis.js';
 import { describeMachine, renderReport } from './lib/report.js';
 import {
   bareProxy,
+  cacheFill,
   cacheHit,
   cacheHitAtRate,
   cacheHitSigned,
@@ -77,6 +78,8 @@ const SCENARIOS: Scenario[] = [
   rowsInTurns('issuance', [issuance]),
   rowsInTurns('soak', [soak], (settings) => ({ rounds: 1, seconds: settings.soakSeconds })),
   rowsInTurns('unknown-flood', [unknownTokenFlood], () => ({ rounds: 1, seconds: 0 })),
+  // A tokengate of its own, a cache of BENCH fillTokens (1,000,000) entries filled once: alone, its memory its own.
+  rowsInTurns('cache-fill', [cacheFill], () => ({ rounds: 20, seconds: 0 })),
   revocation,
   rowsInTurns('workers', [workersTokengate, workersNginxRedis, workersNginxLru]),
   rowsInTurns('rate-limit', [rateLimitOff, rateLimitUnder, rateLimitOver]),
@@ -110,7 +113,7 @@ async function main(): Promise<number> {
   progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart}; ${machine.pinning}; logs in ${dir}`);
   const results: Results = {
     rows: [],
-    memory: { idleBytes: null, cached: null, soak: null, flood: null },
+    memory: { idleBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
     dpopStoreCommands: null,

@@ -54,6 +54,10 @@ export interface Results {
   memory: {
     idleBytes: number | null;
     cached: { tokens: number; bytes: number } | null;
+    /** V8 heap in use plus array buffers (where the cache keeps its entries), read from /metrics: idle, and with the cache-miss row's tokens cached. */
+    heapAndBuffers: { idleBytes: number; cachedBytes: number | null } | null;
+    /** The cache-fill row: its own tokengate's RSS idle and with `tokens` cached, and its heap plus buffers likewise. */
+    fill: { tokens: number; idleBytes: number; bytes: number; idleHeapBytes: number; heapBytes: number } | null;
     /** RSS once a second. */
     soak: number[] | null;
     flood: { beforeBytes: number; during: number[]; after: number[] } | null;

@@ -86,6 +86,17 @@ function memoryLines(results: Results): string[] {
   const lines: string[] = [];
   if (idleBytes !== null) lines.push(`tokengate RSS idle (started, nothing served): ${megabytes(idleBytes)}`);
   if (cached !== null) lines.push(`tokengate RSS with ${cached.tokens} cached tokens (right after the cache-miss row): ${megabytes(cached.bytes)}`);
+  const heap = results.memory.heapAndBuffers;
+  if (cached !== null && heap !== null && heap.cachedBytes !== null && cached.tokens > 0)
+    lines.push(
+      `heap and array buffers per cached token: ${((heap.cachedBytes - heap.idleBytes) / cached.tokens).toFixed(0)} bytes (${megabytes(heap.idleBytes)} idle, ${megabytes(heap.cachedBytes)} with them)`,
+    );
+  const fill = results.memory.fill;
+  if (fill !== null && fill.tokens > 0)
+    lines.push(
+      `cache filled with ${fill.tokens} tokens (a tokengate of its own): RSS ${megabytes(fill.idleBytes)} idle, ${megabytes(fill.bytes)} full (+${megabytes(fill.bytes - fill.idleBytes)}); ` +
+        `heap and array buffers ${((fill.heapBytes - fill.idleHeapBytes) / fill.tokens).toFixed(0)} bytes per token`,
+    );
   if (soak !== null && soak.length >= 2) {
     const [first, second] = halves(soak);
     lines.push(
@@ -139,7 +150,11 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
   const atMost = (value: number | null, maximum: number, unit = 'x'): Judged =>
     value === null ? NOT_MEASURED : { measured: `${value.toFixed(2)}${unit}`, met: value <= maximum };
 
-  const { idleBytes, cached, soak, flood } = results.memory;
+  const { idleBytes, cached, soak, flood, heapAndBuffers, fill } = results.memory;
+  const perCachedToken =
+    cached !== null && cached.tokens > 0 && heapAndBuffers !== null && heapAndBuffers.cachedBytes !== null
+      ? (heapAndBuffers.cachedBytes - heapAndBuffers.idleBytes) / cached.tokens
+      : null;
   const addedP99 =
     row('cache-hit-at-rate') !== undefined && row('direct-at-rate') !== undefined
       ? row('cache-hit-at-rate')!.load.p99Ms - row('direct-at-rate')!.load.p99Ms
@@ -169,10 +184,20 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
     ],
     ['RSS idle <= 80 MB', idleBytes === null ? NOT_MEASURED : { measured: megabytes(idleBytes), met: idleBytes <= 80 * MB }],
     [
-      'RSS with 100k cached tokens <= 150 MB',
+      'RSS with 100k cached tokens <= 125 MB',
       cached === null
         ? NOT_MEASURED
-        : { measured: `${megabytes(cached.bytes)} with ${cached.tokens} cached`, met: cached.tokens >= 100_000 ? cached.bytes <= 150 * MB : null },
+        : { measured: `${megabytes(cached.bytes)} with ${cached.tokens} cached`, met: cached.tokens >= 100_000 ? cached.bytes <= 125 * MB : null },
+    ],
+    ['heap and array buffers per cached token <= 100 bytes', atMost(perCachedToken, 100, ' B')],
+    [
+      'RSS with 1,000,000 cached tokens <= idle + 150 MB',
+      fill === null || fill.tokens === 0
+        ? NOT_MEASURED
+        : {
+            measured: `+${megabytes(fill.bytes - fill.idleBytes)} with ${fill.tokens} cached`,
+            met: fill.tokens >= 1_000_000 ? fill.bytes - fill.idleBytes <= 150 * MB : null,
+          },
     ],
     [
       `RSS flat over the soak (lowest of its second half within ${TOLERANCE * 100} % of its first half's)`,

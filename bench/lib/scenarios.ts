@@ -22,7 +22,14 @@ const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 const mainPid = (tier: Tier) => tier.processes[0]!.pid;
 
 /** tokengate on the run's Redis, tag key and upstream, started once per name. */
-function tokengate(bench: Bench, name: string, placement: Placement, workers?: number, started?: (tier: Tier) => Promise<void>): Promise<Tier | string> {
+function tokengate(
+  bench: Bench,
+  name: string,
+  placement: Placement,
+  workers?: number,
+  started?: (tier: Tier) => Promise<void>,
+  cacheMaxEntries?: number,
+): Promise<Tier | string> {
   return bench.shared(name, async () => {
     const tier = await startTokengate(bench.group, {
       name,
@@ -33,6 +40,7 @@ function tokengate(bench: Bench, name: string, placement: Placement, workers?: n
         tokenTagKey: bench.tagKey,
         upstreamUrl: bench.upstream.url,
         ...(workers === undefined ? {} : { workers }),
+        ...(cacheMaxEntries === undefined ? {} : { cacheMaxEntries }),
       },
       nodeFlags: bench.settings.nodeFlags,
       // One profile file per name: cluster workers would all write the same one.
@@ -48,7 +56,13 @@ function oneCoreTokengate(bench: Bench): Promise<Tier | string> {
   return tokengate(bench, 'tokengate', 'tier', undefined, async (tier) => {
     await sleep(1000);
     bench.results.memory.idleBytes = residentBytes(mainPid(tier));
+    bench.results.memory.heapAndBuffers = { idleBytes: heapAndBuffers(await scrapeMetrics(tier.opsUrl!)), cachedBytes: null };
   });
+}
+
+/** V8's heap in use and the array buffers outside it (where the token cache keeps its entries), as the process reports them. */
+function heapAndBuffers(metrics: Map<string, number>): number {
+  return (metrics.get('nodejs_heap_size_used_bytes') ?? Number.NaN) + (metrics.get('nodejs_external_memory_bytes') ?? Number.NaN);
 }
 
 function nodeTier(bench: Bench, name: string, script: string): Promise<Tier | string> {
@@ -227,6 +241,7 @@ export const cacheMiss: Row = {
   async finish(bench, tier) {
     const metrics = await scrapeMetrics(tier.opsUrl!);
     bench.results.memory.cached = { tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN, bytes: residentBytes(mainPid(tier)) };
+    if (bench.results.memory.heapAndBuffers !== null) bench.results.memory.heapAndBuffers.cachedBytes = heapAndBuffers(metrics);
   },
 };
 
@@ -321,6 +336,43 @@ export const soak: Row = {
     const samples: number[] = [];
     bench.results.memory.soak = samples;
     return { request: bench.me, everySecond: () => samples.push(residentBytes(mainPid(tier))) };
+  },
+};
+
+/** A cache of `fillTokens` entries (a tokengate of its own, cache.maxEntries that size) read full once, each token once: what a million cached tokens cost. */
+export const cacheFill: Row = {
+  id: 'cache-fill',
+  title: 'tokengate, cache filled with distinct tokens',
+  tier: (bench) =>
+    tokengate(
+      bench,
+      'tokengate-fill',
+      'tier',
+      undefined,
+      async () => {
+        await sleep(1000);
+      },
+      bench.settings.fillTokens,
+    ),
+  async traffic(bench, tier, windows) {
+    const seeded = performance.now();
+    const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, bench.settings.fillTokens));
+    progress(`seeded ${bench.settings.fillTokens} tokens in ${((performance.now() - seeded) / 1000).toFixed(1)} s`);
+    const idle = await scrapeMetrics(tier.opsUrl!);
+    bench.results.memory.fill = { tokens: 0, idleBytes: residentBytes(mainPid(tier)), bytes: 0, idleHeapBytes: heapAndBuffers(idle), heapBytes: 0 };
+    return {
+      request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) },
+      // In windows short enough for the load's time limit; each token is sent once over all of them.
+      requestsPerWindow: Math.ceil(bench.settings.fillTokens / windows),
+    };
+  },
+  async finish(bench, tier) {
+    const metrics = await scrapeMetrics(tier.opsUrl!);
+    Object.assign(bench.results.memory.fill!, {
+      tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN,
+      bytes: residentBytes(mainPid(tier)),
+      heapBytes: heapAndBuffers(metrics),
+    });
   },
 };
 

@@ -18,6 +18,8 @@ export interface Settings {
   missTokens: number;
   /** Distinct tagged but never stored tokens of the unknown-token flood, each sent once. */
   floodTokens: number;
+  /** Tokens the cache-fill row reads into a cache of that size (a tokengate of its own). */
+  fillTokens: number;
   /** RSS is sampled this long after the flood. */
   settleSeconds: number;
   soakSeconds: number;
@@ -56,6 +58,7 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
     connections: 50,
     missTokens: short ? 20_000 : 100_000,
     floodTokens: short ? 20_000 : 200_000,
+    fillTokens: short ? 100_000 : 1_000_000,
     settleSeconds: short ? 5 : 15,
     soakSeconds: short ? 10 : 60,
     revocations: short ? 10 : 50,

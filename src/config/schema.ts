@@ -13,7 +13,7 @@ const Seconds = (defaultValue: number, description: string, minimum = 0) => Type
 export const LONGEST_TIMER_MS = 2_147_483_647;
 const Milliseconds = (defaultValue: number, description: string, minimum = 1) =>
   Type.Integer({ minimum, maximum: LONGEST_TIMER_MS, default: defaultValue, description });
-/** lru-cache allocates its index arrays for the whole capacity at start: a billion entries is an out-of-memory crash, not a cache. */
+/** The DPoP replay cache (lru-cache) allocates its index arrays for the whole capacity at start: a billion entries is an out-of-memory crash, not a cache. */
 const MOST_CACHE_ENTRIES = 10_000_000;
 const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[number], description: string) =>
   Type.Union(

@@ -1,9 +1,9 @@
-import { LRUCache } from 'lru-cache';
 import type { CacheConfig } from '../config/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { VerifiedToken } from './verified-token.js';
 import type { Consumed } from './single-use.js';
 import { StoreUnavailableError } from './store.js';
+import { UnknownTokens, ValidTokens, type CachedToken } from './token-cache.js';
 import type { AccessTokenRecord, IndexRevocation, RefreshTokenRecord, RevocationEvent, RevocationFeed, Tokens } from './tokens/port.js';
 
 /**
@@ -14,18 +14,6 @@ import type { AccessTokenRecord, IndexRevocation, RefreshTokenRecord, Revocation
  */
 export function cached(tokens: Tokens, config: CacheConfig, metrics: Metrics): CachedTokens {
   return new CachedTokens(tokens, config, metrics);
-}
-
-/**
- * One cached token: the verified token itself (what the gateway reads) and how long the cache
- * answers for it. One flat frozen object per token, its client id and scope list shared with
- * every other token that has the same ones, so 100,000 cached tokens stay a few tens of MB.
- */
-interface CachedToken extends VerifiedToken {
-  /** Epoch ms until which the cache answers for this token by itself. */
-  readonly freshUntil: number;
-  /** Epoch ms until which the cache answers for it while the store fails (>= freshUntil, <= expiresAt). */
-  readonly staleUntil: number;
 }
 
 /** A store read in flight, which concurrent misses for the same token join. */
@@ -40,7 +28,7 @@ interface PendingRead {
 
 /**
  * The tokens as the gateway reads them: an in-process read-through LRU cache of access tokens
- * in front of the shared store's token port. Only getAccessToken is cached; the other methods
+ * in front of the shared store's token port, kept compact (./token-cache.ts). Only getAccessToken is cached; the other methods
  * go to the port, and the revoking ones also drop here what they revoked.
  *
  * - A token is answered from the cache at most `ttlSeconds` after it was read, never past its
@@ -59,17 +47,13 @@ interface PendingRead {
  *   unless the token was cached and is still within its cache life, or the
  *   `staleIfErrorSeconds` grace past it.
  *
- * Records handed out are frozen: several requests share one cached object.
+ * Records handed out are frozen: several requests share one object.
  */
 export class CachedTokens implements Tokens {
-  private readonly valid: LRUCache<string, CachedToken>;
-  /** digest -> epoch ms until which the token counts as unknown. */
-  private readonly unknown: LRUCache<string, number>;
+  private readonly valid: ValidTokens;
+  private readonly unknown: UnknownTokens;
   private readonly pending = new Map<string, PendingRead>();
-  private readonly shared = new SharedValues();
-  private readonly ttlMs: number;
   private readonly negativeTtlMs: number;
-  private readonly staleMs: number;
   private feedUp = false;
   private stopped = false;
   private unsubscribe: (() => Promise<void>) | null = null;
@@ -88,15 +72,13 @@ export class CachedTokens implements Tokens {
     config: CacheConfig,
     private readonly metrics: Metrics,
   ) {
-    this.ttlMs = config.ttlSeconds * 1000;
     this.negativeTtlMs = config.negativeTtlSeconds * 1000;
-    this.staleMs = config.staleIfErrorSeconds * 1000;
     const validEvictions = metrics.cacheEvictions.labels('valid');
     const unknownEvictions = metrics.cacheEvictions.labels('unknown');
     validEvictions.inc(0);
     unknownEvictions.inc(0);
-    this.valid = new LRUCache<string, CachedToken>({ max: config.maxEntries, dispose: countEvictions(validEvictions) });
-    this.unknown = new LRUCache<string, number>({ max: config.negativeMaxEntries, dispose: countEvictions(unknownEvictions) });
+    this.valid = new ValidTokens(config.maxEntries, config.ttlSeconds * 1000, config.staleIfErrorSeconds * 1000, () => validEvictions.inc());
+    this.unknown = new UnknownTokens(config.negativeMaxEntries, () => unknownEvictions.inc());
     this.hits = metrics.cacheHits.labels();
     this.validEntries = metrics.cacheEntries.labels('valid');
     this.unknownEntries = metrics.cacheEntries.labels('unknown');
@@ -162,6 +144,21 @@ export class CachedTokens implements Tokens {
     return unknownUntil !== undefined && Date.now() < unknownUntil;
   }
 
+  /**
+   * Keeps `value` with the cached entry of `digest` under `key`, for something derived from the
+   * token that costs to make again (a signed identity assertion per audience and key id): it is
+   * dropped with the entry (evicted, revoked, replaced, cleared on a feed reset). Nothing is kept
+   * for a token that is not cached.
+   */
+  attach(digest: string, key: string, value: string): void {
+    this.valid.attach(digest, key, value);
+  }
+
+  /** What was attached to the cached entry of `digest` under `key`, while the entry lasts. */
+  attached(digest: string, key: string): string | undefined {
+    return this.valid.attached(digest, key);
+  }
+
   /** What the cache cannot answer by itself: a known-expired or known-unknown token, or a store read. */
   miss(digest: string, entry: CachedToken | undefined): Promise<VerifiedToken | null> {
     const now = Date.now();
@@ -186,7 +183,7 @@ export class CachedTokens implements Tokens {
     try {
       return await this.read(digest);
     } catch (error) {
-      if (!(error instanceof StoreUnavailableError) || entry === undefined || this.valid.peek(digest) !== entry) throw error;
+      if (!(error instanceof StoreUnavailableError) || entry === undefined || !this.valid.holds(digest, entry)) throw error;
       // A token read before stays good while the store cannot answer, within its cache life or
       // the configured grace past it, and never past its own expiry (which may pass while the
       // store is being asked: then it is known invalid, store or not).
@@ -226,29 +223,9 @@ export class CachedTokens implements Tokens {
     this.storeOk.observe((performance.now() - started) / 1000);
     this.metrics.storeUp.set(1);
     const now = Date.now();
-    const entry = record === null || record.expiresAt <= now ? null : this.entryFor(record, now);
+    const entry = record === null || record.expiresAt <= now ? null : this.valid.entryFor(record, now);
     if (!pending.outdated) this.remember(digest, entry, now);
     return entry;
-  }
-
-  private entryFor(record: AccessTokenRecord, now: number): CachedToken {
-    const freshUntil = Math.min(now + this.ttlMs, record.expiresAt);
-    const scopes = this.shared.scopes(record.scopes);
-    // Always the same properties in the same order: one hidden class for every entry.
-    return Object.freeze({
-      kind: record.kind,
-      clientId: this.shared.clientId(record.clientId),
-      userId: record.userId,
-      scopes: scopes.list,
-      scope: scopes.joined,
-      familyId: record.familyId,
-      audience: this.shared.audience(record.audience),
-      issuedAt: record.issuedAt,
-      expiresAt: record.expiresAt,
-      jkt: record.jkt,
-      freshUntil,
-      staleUntil: Math.min(freshUntil + this.staleMs, record.expiresAt),
-    });
   }
 
   private remember(digest: string, entry: CachedToken | null, now: number): void {
@@ -256,7 +233,7 @@ export class CachedTokens implements Tokens {
       this.valid.delete(digest);
       if (this.negativeTtlMs > 0) this.unknown.set(digest, now + this.negativeTtlMs);
     } else {
-      if (entry.staleUntil > now) this.valid.set(digest, entry);
+      this.valid.remember(digest, entry, now);
       this.unknown.delete(digest);
     }
     this.countEntries();
@@ -304,11 +281,9 @@ export class CachedTokens implements Tokens {
    * the store removed (their messages follow on the feed), so it drops every entry whose record
    * matches, at once, and keeps no read that was in flight meanwhile.
    */
-  private async dropMatching<T>(revocation: Promise<T>, matches: (token: VerifiedToken) => boolean): Promise<T> {
+  private async dropMatching<T>(revocation: Promise<T>, field: 'userId' | 'familyId' | 'clientId', value: string): Promise<T> {
     const result = await revocation;
-    const doomed: string[] = [];
-    for (const [digest, entry] of this.valid.entries()) if (matches(entry)) doomed.push(digest);
-    for (const digest of doomed) this.valid.delete(digest);
+    this.valid.deleteMatching(field, value);
     this.outdatePendingReads();
     this.countEntries();
     return result;
@@ -341,15 +316,15 @@ export class CachedTokens implements Tokens {
   }
 
   revokeFamily(familyId: string): Promise<number> {
-    return this.dropMatching(this.tokens.revokeFamily(familyId), (record) => record.familyId === familyId);
+    return this.dropMatching(this.tokens.revokeFamily(familyId), 'familyId', familyId);
   }
 
   revokeUserTokens(userId: string, options?: IndexRevocation): Promise<number> {
-    return this.dropMatching(this.tokens.revokeUserTokens(userId, options), (record) => record.userId === userId);
+    return this.dropMatching(this.tokens.revokeUserTokens(userId, options), 'userId', userId);
   }
 
   revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number> {
-    return this.dropMatching(this.tokens.revokeClientTokens(clientId, options), (record) => record.clientId === clientId);
+    return this.dropMatching(this.tokens.revokeClientTokens(clientId, options), 'clientId', clientId);
   }
 
   // The rest of the port: nothing the cache holds depends on them (a refresh token is never cached, and revoking one announces no access token).
@@ -369,54 +344,4 @@ export class CachedTokens implements Tokens {
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
     return this.tokens.subscribeRevocations(feed);
   }
-}
-
-const NO_AUDIENCE = Object.freeze([]) as unknown as string[];
-
-/** Most distinct client ids, and most distinct scope lists, that entries share (more are kept unshared). */
-const SHARED_VALUES_LIMIT = 10_000;
-
-/**
- * Client ids and scope lists repeat across tokens (one application has many tokens, a
- * deployment has a handful of scope sets): entries share one copy of each instead of the one
- * every store read parses. Bounded, so a store of distinct values cannot grow it without end.
- */
-class SharedValues {
-  private readonly clientIds = new Map<string, string>();
-  private readonly scopeLists = new Map<string, { readonly list: string[]; readonly joined: string }>();
-  private readonly audiences = new Map<string, string[]>();
-
-  clientId(value: string): string {
-    const known = this.clientIds.get(value);
-    if (known !== undefined) return known;
-    if (this.clientIds.size < SHARED_VALUES_LIMIT) this.clientIds.set(value, value);
-    return value;
-  }
-
-  /** Audiences repeat as scope lists do: one frozen copy of each, and one empty list for tokens without one. */
-  audience(list: readonly string[] | undefined): string[] {
-    if (list === undefined || list.length === 0) return NO_AUDIENCE;
-    const key = list.join(' ');
-    const known = this.audiences.get(key);
-    if (known !== undefined) return known;
-    const shared = Object.freeze([...list]) as string[];
-    if (this.audiences.size < SHARED_VALUES_LIMIT) this.audiences.set(key, shared);
-    return shared;
-  }
-
-  scopes(list: readonly string[]): { readonly list: string[]; readonly joined: string } {
-    const joined = list.join(' ');
-    const known = this.scopeLists.get(joined);
-    if (known !== undefined) return known;
-    const shared = { list: Object.freeze([...list]) as string[], joined };
-    if (this.scopeLists.size < SHARED_VALUES_LIMIT) this.scopeLists.set(joined, shared);
-    return shared;
-  }
-}
-
-/** An LRU dispose callback counting the entries dropped to make room (not deletions or overwrites). */
-function countEvictions(counter: { inc(): void }) {
-  return (_value: unknown, _key: string, reason: LRUCache.DisposeReason) => {
-    if (reason === 'evict') counter.inc();
-  };
 }
