@@ -136,10 +136,29 @@ describe('a resource service verifying the signed identity behind four sidecars 
     expect(await verify({ [SIGNED_IDENTITY_HEADER]: decidedAssertion })).toMatchObject({ clientId: 'client-organizer', tokenKind: 'application' });
   });
 
+  it('holds an assertion with the cached entry of its token, whatever object a hit hands out, and lets it go with the entry', async () => {
+    const { context } = sidecars[3]!.tokengate;
+    const token = await sidecars[3]!.issue({ userId: 'user-held' });
+    const first = await call(sidecars[3]!, '/api/public/me', token);
+    const assertion = first.body.received.headers[SIGNED_IDENTITY_HEADER]!;
+    // Another object with the same fields, as the compact cache builds for a token it keeps no object of.
+    const cached = context.cache!.peek(tokenDigest(token))!;
+    expect(await context.identity!.signer.assertion(context.cache, tokenDigest(token), { ...cached }, AUDIENCE)).toBe(assertion);
+    // Dropped from the cache (saved again through it, which voids what it held, as a revocation
+    // or an eviction does): the next request reads the store and its assertion is signed anew.
+    const record = (await sidecars[3]!.store.tokens.getAccessToken(tokenDigest(token)))!;
+    await context.store.tokens.saveAccessToken(tokenDigest(token), record);
+    expect(context.cache!.peek(tokenDigest(token))).toBeUndefined();
+    const again = (await call(sidecars[3]!, '/api/public/me', token)).body.received.headers[SIGNED_IDENTITY_HEADER]!;
+    expect(again).not.toBe(assertion);
+  });
+
   it('carries cnf.jkt for a DPoP-bound token', async () => {
     const identity = sidecars[0]!.tokengate.context.identity!;
     const jkt = 'NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs';
     const assertion = await identity.signer.assertion(
+      null,
+      'not-cached',
       { ...APPLICATION_TOKEN, scopes: ['public'], scope: 'public', audience: [], issuedAt: Date.now(), expiresAt: Date.now() + 60_000, jkt },
       AUDIENCE,
     );

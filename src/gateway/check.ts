@@ -12,7 +12,7 @@ import { authorizeRoute, isMethodAllowed } from './authorize-route.js';
 import type { Denial } from './denials.js';
 import { extractCredential, type Credential, type CredentialSource, type ExtractionFailure } from './extract-credential.js';
 import type { GatewayRoute, RouteTable } from './route-table.js';
-import { verifyToken, type VerificationFailure } from './verify-token.js';
+import { tokenDigestOf, verifyToken, type VerificationFailure } from './verify-token.js';
 
 /**
  * The check every request gets, wherever it comes from: the gateway forwards what passes, the
@@ -96,10 +96,12 @@ function verify<Target>(
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof credential === 'string') return route.denials[credential];
-  const token = verifyToken(context, credential.token, trace);
+  const digest = tokenDigestOf(credential.token);
+  if (digest === null) return route.denials.malformed_token;
+  const token = verifyToken(context, credential.token, digest, trace);
   return token instanceof Promise
-    ? token.then((read) => prove(context, route, credential, read, subject, trace))
-    : prove(context, route, credential, token, subject, trace);
+    ? token.then((read) => prove(context, route, credential, read, digest, subject, trace))
+    : prove(context, route, credential, token, digest, subject, trace);
 }
 
 // 3. prove: DPoP (RFC 9449 section 7.1), where the request, the token or the route calls for it.
@@ -108,16 +110,17 @@ function prove<Target>(
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken | VerificationFailure,
+  digest: string,
   subject: ProofSubject,
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof token === 'string') return route.denials[token];
-  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(context, route, credential, token, trace);
+  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(context, route, credential, token, digest, trace);
   trace?.set('tokengate.dpop', credential.scheme === 'dpop');
   const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject, trace);
   if (refusal instanceof Promise)
-    return refusal.then((proven) => (proven === null ? authorize(context, route, credential, token, trace) : route.denials[proven]));
-  return refusal === null ? authorize(context, route, credential, token, trace) : route.denials[refusal];
+    return refusal.then((proven) => (proven === null ? authorize(context, route, credential, token, digest, trace) : route.denials[proven]));
+  return refusal === null ? authorize(context, route, credential, token, digest, trace) : route.denials[refusal];
 }
 
 // 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
@@ -126,12 +129,15 @@ function authorize<Target>(
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken,
+  digest: string,
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];
-  return route.rateLimit === null ? sign(context, route, credential, token, null) : meter(context, route, route.rateLimit, credential, token, trace);
+  return route.rateLimit === null
+    ? sign(context, route, credential, token, digest, null)
+    : meter(context, route, route.rateLimit, credential, token, digest, trace);
 }
 
 // 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
@@ -141,6 +147,7 @@ function meter<Target>(
   limit: RouteRateLimit,
   credential: Credential,
   token: VerifiedToken,
+  digest: string,
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   const admitted = limit.limiter.admit(limit, token);
@@ -149,10 +156,10 @@ function meter<Target>(
     const waited = trace?.child('tokengate.ratelimit.lease') ?? null;
     return admitted.then((outcome) => {
       waited?.end();
-      return metered(context, route, credential, token, outcome, trace);
+      return metered(context, route, credential, token, digest, outcome, trace);
     });
   }
-  return metered(context, route, credential, token, admitted, trace);
+  return metered(context, route, credential, token, digest, admitted, trace);
 }
 
 function metered<Target>(
@@ -160,6 +167,7 @@ function metered<Target>(
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken,
+  digest: string,
   outcome: Bucket | RateRefusal,
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
@@ -167,7 +175,7 @@ function metered<Target>(
     trace.set('tokengate.ratelimit.policy', outcome.policy.name);
     trace.set('tokengate.ratelimit.outcome', outcome instanceof Bucket ? 'admitted' : outcome.refusal);
   }
-  if (outcome instanceof Bucket) return sign(context, route, credential, token, outcome);
+  if (outcome instanceof Bucket) return sign(context, route, credential, token, digest, outcome);
   // The route's compiled 429, with the fields of this refusal: when to come back, and the policy's.
   const denial = route.denials[outcome.refusal];
   return {
@@ -187,11 +195,12 @@ function sign<Target>(
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken,
+  digest: string,
   admission: Bucket | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   const wanted = route.signedIdentity;
   if (wanted === null || context.identity === null) return { credential, token, admission, assertion: null };
-  const assertion = context.identity.signer.assertion(token, wanted.audience);
+  const assertion = context.identity.signer.assertion(context.cache, digest, token, wanted.audience);
   if (assertion instanceof Promise) return assertion.then((signed) => signedCheck(route, credential, token, admission, signed));
   return signedCheck(route, credential, token, admission, assertion);
 }

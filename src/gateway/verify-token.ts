@@ -1,7 +1,8 @@
 import type { TokengateContext } from '../context.js';
+import { hasTokenShape, tokenDigest } from '../token/token-value.js';
 import type { CachedTokens } from '../store/cached.js';
 import { StoreUnavailableError, type AccessTokenRecord } from '../store/store.js';
-import { hasTokenShape, tokenDigest } from '../token/token-value.js';
+
 import { verifiedToken, type VerifiedToken } from '../store/verified-token.js';
 import type { ChildSpan, RequestTrace } from '../tracing/index.js';
 import type { RouteDenialReason } from './denials.js';
@@ -9,7 +10,8 @@ import type { RouteDenialReason } from './denials.js';
 export type VerificationFailure = Extract<RouteDenialReason, 'malformed_token' | 'forged_token' | 'unknown_token' | 'expired_token' | 'store_unavailable'>;
 
 /**
- * The token, or why it is refused. A token the cache answers for is taken from it first, with
+ * The token of a well-shaped credential (`digest`: its digest, see tokenDigestOf), or why it is
+ * refused. A token the cache answers for is taken from it first, with
  * no promise and no I/O: the cache only holds tokens whose tag was checked when they were first
  * read, so a hit skips the tag check, whose HMAC is the costliest step of a cached request.
  * Other values that cannot be this deployment's (wrong shape, or a tag another key made) are
@@ -20,10 +22,9 @@ export type VerificationFailure = Extract<RouteDenialReason, 'malformed_token' |
 export function verifyToken(
   context: TokengateContext,
   token: string,
+  digest: string,
   trace: RequestTrace | null = null,
 ): VerifiedToken | VerificationFailure | Promise<VerifiedToken | VerificationFailure> {
-  if (!hasTokenShape(token)) return 'malformed_token';
-  const digest = tokenDigest(token);
   const cache = context.cache;
   // Fresh entries never outlive their token, so a hit needs no expiry check either.
   const cached = cache?.peek(digest);
@@ -71,4 +72,9 @@ async function readToken(lookup: Promise<VerifiedToken | null>, read: ChildSpan 
 
 function verifiedOrNull(record: AccessTokenRecord | null): VerifiedToken | null {
   return record === null ? null : verifiedToken(record);
+}
+
+/** The digest of a credential's token, computed once for the steps that key on it; null for a value of the wrong shape (refused without a store call). */
+export function tokenDigestOf(token: string): string | null {
+  return hasTokenShape(token) ? tokenDigest(token) : null;
 }

@@ -25,20 +25,24 @@ export interface SignerSettings {
   readonly maxBytes: number;
 }
 
+/** Where assertions are held: the token cache's attachments, which go with the token's entry. */
+export interface AssertionHolder {
+  attach(digest: string, key: string, value: object): void;
+  attached(digest: string, key: string): object | string | undefined;
+}
+
 /**
- * Signs each token's identity once, not per request. An assertion is held with the verified
- * token the cache holds (a WeakMap keyed by that very entry), per audience, with the id of the
- * key that signed it: a request gets the held one while its key is the one signing now and it
- * is not near its expiry. So an assertion leaves with its token's cache entry: a revoked token
- * is dropped from the cache, its next request reads the store, finds nothing (401) and never
- * reaches this step; and a rotation gets a new assertion under the new key at the first request
- * after the switch, never one a resource service could not match to a published key.
+ * Signs each token's identity once, not per request. An assertion is held with the token's entry
+ * in the token cache (an attachment of the entry, per audience), with the id of the key that
+ * signed it: a request gets the held one while its key is the one signing now and it is not near
+ * its expiry. So an assertion leaves with its token's cache entry: a revoked token is dropped
+ * from the cache, its next request reads the store, finds nothing (401) and never reaches this
+ * step; and a rotation gets a new assertion under the new key at the first request after the
+ * switch, never one a resource service could not match to a published key.
  *
- * Without the token cache (`cache.enabled: false`) every request verifies a new object, so every
- * request is signed.
+ * Without the token cache (`cache.enabled: false`) nothing is held, so every request is signed.
  */
 export class AssertionSigner {
-  private readonly held = new WeakMap<VerifiedToken, Map<string, HeldAssertion>>();
   /** Re-signed this long before its expiry, so an assertion handed out has at least this long to live. */
   private readonly renewBeforeMs: number;
 
@@ -49,23 +53,23 @@ export class AssertionSigner {
     this.renewBeforeMs = Math.ceil(settings.lifetimeSeconds / 4) * 1000;
   }
 
-  /** The assertion of `token` for `audience`: held, or being signed (a promise). */
-  assertion(token: VerifiedToken, audience: string): string | typeof TOO_LARGE | Promise<string | typeof TOO_LARGE> {
+  /** The assertion of `token` (whose digest is `digest`) for `audience`: held by `holder`, or being signed (a promise). */
+  assertion(
+    holder: AssertionHolder | null,
+    digest: string,
+    token: VerifiedToken,
+    audience: string,
+  ): string | typeof TOO_LARGE | Promise<string | typeof TOO_LARGE> {
     const now = Date.now();
     const key = this.ring.signingKey(now);
-    let byAudience = this.held.get(token);
-    const held = byAudience?.get(audience);
+    const held = holder?.attached(digest, audience) as HeldAssertion | undefined;
     if (held !== undefined && held.kid === key.kid) {
       if (held.pending !== null) return held.pending;
       if (now < held.renewAt) return held.value;
     }
-    if (byAudience === undefined) {
-      byAudience = new Map();
-      this.held.set(token, byAudience);
-    }
     const signing: HeldAssertion = { kid: key.kid, value: '', renewAt: 0, pending: null };
     signing.pending = this.sign(token, audience, now, signing);
-    byAudience.set(audience, signing);
+    holder?.attach(digest, audience, signing);
     return signing.pending;
   }
 

@@ -150,12 +150,12 @@ export class CachedTokens implements Tokens {
    * dropped with the entry (evicted, revoked, replaced, cleared on a feed reset). Nothing is kept
    * for a token that is not cached.
    */
-  attach(digest: string, key: string, value: string): void {
+  attach(digest: string, key: string, value: object | string): void {
     this.valid.attach(digest, key, value);
   }
 
   /** What was attached to the cached entry of `digest` under `key`, while the entry lasts. */
-  attached(digest: string, key: string): string | undefined {
+  attached(digest: string, key: string): object | string | undefined {
     return this.valid.attached(digest, key);
   }
 

@@ -151,7 +151,7 @@ export class ValidTokens {
   private readonly viewSlots: Int32Array;
   private readonly viewMask: number;
   /** Values kept with an entry (see attach), by slot. */
-  private readonly attachments = new Map<number, Map<string, string>>();
+  private readonly attachments = new Map<number, Map<string, object | string>>();
 
   constructor(
     capacity: number,
@@ -250,7 +250,7 @@ export class ValidTokens {
    * that costs to make, such as a signed identity assertion per audience and key id); it goes
    * when the entry goes (evicted, revoked, replaced, cleared). Nothing is kept for a token not cached.
    */
-  attach(digest: string, key: string, value: string): void {
+  attach(digest: string, key: string, value: object | string): void {
     const slot = this.table.find(digest);
     if (slot < 0) return;
     let values = this.attachments.get(slot);
@@ -259,7 +259,7 @@ export class ValidTokens {
   }
 
   /** What was attached to the cached entry of `digest` under `key`. */
-  attached(digest: string, key: string): string | undefined {
+  attached(digest: string, key: string): object | string | undefined {
     const slot = this.table.find(digest);
     return slot < 0 ? undefined : this.attachments.get(slot)?.get(key);
   }
