@@ -290,6 +290,41 @@ export const ClientMetadataAllowSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/** Signature algorithms an identity provider may sign with: asymmetric only (never `none`, never HMAC, whose key would be the published one). */
+export const IDENTITY_ASSERTION_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'] as const;
+
+export const IdentityProviderSchema = Type.Object(
+  {
+    issuer: Type.String({ minLength: 1, description: 'The `iss` of its identity assertions (an https URL), exactly as the provider writes it.' }),
+    jwksUrl: Type.String({ minLength: 1, description: 'Where its signing keys are published (an https URL, a JSON Web Key Set).' }),
+    caFile: Type.String({
+      default: '',
+      description: "A PEM file of the certificate authorities to trust for the key set instead of the system's (a private provider, tests).",
+    }),
+    algorithms: Type.Array(oneOf(IDENTITY_ASSERTION_ALGORITHMS, 'RS256', 'A signature algorithm.'), {
+      default: ['RS256', 'ES256'],
+      minItems: 1,
+      uniqueItems: true,
+      description: 'The signature algorithms accepted from it (asymmetric ones only).',
+    }),
+    userClaim: Type.String({
+      minLength: 1,
+      default: 'email',
+      description: "The assertion's claim holding the e-mail address of the tokengate user (`tokengate users create`) its subject is.",
+    }),
+    jitUsers: Type.Boolean({
+      default: false,
+      description: 'Create the user (without a password) when no user has that e-mail address; off: such an assertion is refused.',
+    }),
+    maxAssertionLifetimeSeconds: Seconds(300, 'Longest lifetime (`exp` - `iat`) of an assertion accepted from it.', 1),
+    keyRefreshCooldownSeconds: Seconds(
+      30,
+      'Shortest time between two fetches of its key set caused by an unknown `kid` (a fetch its caching headers call for is not held back).',
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const ClientMetadataDocumentsSchema = closed({
   enabled: Type.Boolean({
     default: false,
@@ -489,6 +524,11 @@ export const ConfigSchema = Type.Object(
     decisions: DecisionsSchema,
     dpop: DpopSchema,
     clientMetadataDocuments: ClientMetadataDocumentsSchema,
+    identityProviders: Type.Array(IdentityProviderSchema, {
+      default: [],
+      description:
+        'The identity providers whose identity assertions (ID-JAG) the token endpoint accepts with the JWT bearer grant (docs/issuer.md#identity-assertions). Reloadable: a provider removed has every token issued from its assertions revoked.',
+    }),
     resources: Type.Array(ResourceSchema, {
       default: [],
       description:
@@ -519,4 +559,5 @@ export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;
 export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
+export type IdentityProviderConfig = Static<typeof IdentityProviderSchema>;
 export type ClientMetadataAllowConfig = Static<typeof ClientMetadataAllowSchema>;
