@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import type { ConfigProblem } from '../config/problem.js';
-import type { Config } from '../config/schema.js';
+import { IDENTITY_ASSERTION_ALGORITHMS, type Config } from '../config/schema.js';
 
 /**
- * Load-time checks of `identityProviders`: each issuer once, https URLs (a key set fetched in
+ * Load-time checks of `identityProviders`: each issuer once, asymmetric algorithms jose knows, https URLs (a key set fetched in
  * the clear could be swapped by anyone on the path), a CA file that exists, and users kept in
  * the store, where a subject is matched to a user by e-mail address.
  */
@@ -16,6 +16,10 @@ export function checkIdentityProviders(config: Pick<Config, 'identityProviders' 
     seen.add(provider.issuer);
     if (!isHttpsUrl(provider.issuer)) problems.push({ path: at('issuer'), message: `expected an https URL, got "${provider.issuer}"` });
     if (!isHttpsUrl(provider.jwksUrl)) problems.push({ path: at('jwksUrl'), message: `expected an https URL, got "${provider.jwksUrl}"` });
+    provider.algorithms.forEach((algorithm, position) => {
+      if (!(IDENTITY_ASSERTION_ALGORITHMS as readonly string[]).includes(algorithm))
+        problems.push({ path: at(`algorithms[${position}]`), message: `expected one of ${IDENTITY_ASSERTION_ALGORITHMS.join(', ')}, got "${algorithm}"` });
+    });
     if (provider.caFile !== '' && !existsSync(provider.caFile)) problems.push({ path: at('caFile'), message: `no such file: ${provider.caFile}` });
   });
   if (config.identityProviders.length > 0 && config.issuer.users.source !== 'store')
