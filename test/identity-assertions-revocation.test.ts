@@ -120,9 +120,9 @@ describe('revoking identity provider subjects under load', () => {
     } finally {
       const served = await traffic.stop();
       expect(served).toBeGreaterThan(SUBJECTS);
-      console.log(
+      process.stdout.write(
         `revocation of an identity provider subject under load (${LOAD_CONNECTIONS} connections, ${served} requests served meanwhile): ` +
-          `p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${Math.max(...delays).toFixed(1)} ms over ${delays.length} subjects`,
+          `p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${Math.max(...delays).toFixed(1)} ms over ${delays.length} subjects\n`,
       );
     }
     expect(percentile(delays, 99)).toBeLessThan(1_000);
