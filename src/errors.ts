@@ -81,6 +81,7 @@ export const ERRORS = {
     status: 503,
     error: 'temporarily_unavailable',
     description: "The identity provider's signing keys could not be fetched. Try again in a few minutes.",
+    headers: { 'retry-after': '5' },
   },
   USER_SOURCE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'Sign-in is temporarily unavailable. Try again in a few minutes.' },
   // RFC 6750 section 3.1 (resource requests through the gateway)

@@ -189,6 +189,26 @@ describe('the JWT bearer grant with an identity assertion', () => {
     expect(signatures).toBeNull();
   });
 
+  it('keeps the key set as its caching headers say: good assertions cost no fetch', async () => {
+    const before = idp.keySetFetches;
+    for (let round = 0; round < 3; round += 1) expect((await exchange(first, await idp.assertion(claims()))).status).toBe(200);
+    expect(idp.keySetFetches).toBe(before);
+  });
+
+  it('answers 503 temporarily_unavailable, not invalid_grant, while a provider of no key set in hand cannot be reached', async () => {
+    const unreachable = { issuer: 'https://login.down.example', jwksUrl: `https://127.0.0.1:${await freePort()}/jwks`, algorithms: ['ES256'] };
+    const reload = (providers: unknown[]) =>
+      first.tokengate.reload(() => parseConfig(JSON.stringify({ ...first.tokengate.context.config, identityProviders: providers }), 'reloaded', {}));
+    expect(reload([...(config.identityProviders as unknown[]), unreachable])).toMatchObject({ result: 'success' });
+    try {
+      const response = await exchange(first, await idp.assertion(claims({ iss: unreachable.issuer })));
+      expect(await refusal(response)).toMatchObject({ status: 503, error: 'temporarily_unavailable' });
+      expect(response.headers.get('retry-after')).not.toBeNull();
+    } finally {
+      reload(config.identityProviders as unknown[]);
+    }
+  });
+
   it('takes a key the provider rotated in at once, and never the key it removed', async () => {
     const previous = idp.current;
     const next = await generateProviderKey();

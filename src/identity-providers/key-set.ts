@@ -30,6 +30,8 @@ export class ProviderKeySet {
   private freshUntil = 0;
   private lastFetchAt = Number.NEGATIVE_INFINITY;
   private fetching: Promise<void> | null = null;
+  /** Why the last fetch failed, while no set is in hand: repeated to callers until the cooldown allows another try. */
+  private failure: KeySetUnavailableError | null = null;
   private agent: Agent | null = null;
   /** How many fetches answered with a key set (admin listing, tests). */
   fetches = 0;
@@ -57,13 +59,22 @@ export class ProviderKeySet {
     await this.agent?.close();
   }
 
-  /** One fetch at a time; `required`: there is no set in hand, so a failure is the caller's. */
+  /**
+   * One fetch at a time; `required`: there is no set in hand, so a failure is the caller's, and
+   * is repeated without another fetch until the cooldown (at least a second) has passed: a
+   * provider that is down is not asked once per request.
+   */
   private async refresh(required: boolean): Promise<void> {
+    if (required && this.failure !== null && Date.now() - this.lastFetchAt < Math.max(1_000, this.cooldownMs)) throw this.failure;
     this.fetching ??= this.fetch().finally(() => (this.fetching = null));
     try {
       await this.fetching;
+      this.failure = null;
     } catch (error) {
-      if (required || this.lookup === null) throw error;
+      if (required || this.lookup === null) {
+        this.failure = error instanceof KeySetUnavailableError ? error : new KeySetUnavailableError('the fetch failed');
+        throw this.failure;
+      }
       // A set in hand stays in use (never an older one): the provider may be briefly down.
       this.freshUntil = Date.now() + KEY_SET_FRESHNESS_BOUNDS_MS.least;
     }
