@@ -7,6 +7,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
 import { closeServer } from './support/gateway.js';
 import { TestIdentityProvider } from './support/identity-provider.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
@@ -32,6 +33,11 @@ let second: RunningTokengate;
 let client: TestApplication;
 let mcpResource: string;
 let userId: string;
+let ca: TestCa;
+let documents: DocumentServer;
+let dns: TestDns;
+/** A client with no registration: its client_id is the URL of its metadata document, on https under a test CA. */
+let clientMetadataUrl: string;
 
 async function startMcpServer(): Promise<void> {
   mcpServer = createServer((request, response) => {
@@ -49,6 +55,14 @@ async function startMcpServer(): Promise<void> {
 
 beforeAll(async () => {
   [idp] = await Promise.all([TestIdentityProvider.start(), startMcpServer()]);
+  ca = createTestCa(['assistant.test']);
+  [documents, dns] = await Promise.all([startDocumentServer(ca), startTestDns({ 'assistant.test': ['127.0.0.1'] })]);
+  clientMetadataUrl = `https://assistant.test:${documents.port}/agent.json`;
+  documents.serveJson(
+    '/agent.json',
+    clientDocument(clientMetadataUrl, ['http://127.0.0.1:9/callback'], { grant_types: ['authorization_code', JWT_BEARER], client_name: 'Agent' }),
+    { 'cache-control': 'max-age=300' },
+  );
   const port = await freePort();
   mcpResource = `http://127.0.0.1:${port}/mcp`;
   const config = {
@@ -67,6 +81,13 @@ beforeAll(async () => {
       },
     ],
     identityProviders: [idp.config()],
+    clientMetadataDocuments: {
+      enabled: true,
+      allow: [{ url: `https://assistant.test:${documents.port}`, resources: [mcpResource] }],
+      caFile: ca.caFile,
+      nameServers: [dns.address],
+      allowPrivateNetworks: ['127.0.0.1/32'],
+    },
   };
   first = await startTokengate('mcp-id-jag', { port, config });
   second = await startTokengate('mcp-id-jag-2', { sharing: first, config });
@@ -80,6 +101,9 @@ afterAll(async () => {
   await first?.close();
   if (mcpServer !== undefined) await closeServer(mcpServer);
   await idp?.close();
+  await documents?.close();
+  await dns?.close();
+  ca?.remove();
 });
 
 /**
@@ -92,8 +116,9 @@ class IdentityAssertionProvider implements OAuthClientProvider {
   readonly assertions: string[] = [];
   private savedTokens: OAuthTokens | undefined;
 
+  /** `application`: a registered client with its secret, or a client metadata document's URL (a public client). */
   constructor(
-    private readonly application: TestApplication,
+    private readonly application: TestApplication | string,
     private readonly requestAssertion: () => Promise<string>,
   ) {}
 
@@ -102,10 +127,12 @@ class IdentityAssertionProvider implements OAuthClientProvider {
   }
 
   get clientMetadata(): OAuthClientMetadata {
-    return { client_name: 'Assistant', redirect_uris: [], grant_types: [JWT_BEARER], token_endpoint_auth_method: 'client_secret_basic' };
+    const method = typeof this.application === 'string' ? 'none' : 'client_secret_basic';
+    return { client_name: 'Assistant', redirect_uris: [], grant_types: [JWT_BEARER], token_endpoint_auth_method: method };
   }
 
   clientInformation(): OAuthClientInformationMixed {
+    if (typeof this.application === 'string') return { client_id: this.application };
     return { client_id: this.application.clientId, client_secret: this.application.clientSecret };
   }
 
@@ -172,5 +199,36 @@ describe('an MCP client (@modelcontextprotocol/sdk) with an identity assertion f
     });
     expect(replayed.status).toBe(400);
     expect(await replayed.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's jti was used before." });
+  });
+
+  it('works for a client whose client_id is its metadata document, which has no secret: the assertion names that URL', async () => {
+    const provider = new IdentityAssertionProvider(clientMetadataUrl, () =>
+      idp.assertion({
+        sub: 'idp-grace',
+        email: EMAIL,
+        aud: first.tokengate.context.config.issuer.issuerUrl,
+        client_id: clientMetadataUrl,
+        resource: mcpResource,
+        scope: 'public',
+      }),
+    );
+    const mcp = new Client({ name: 'agent', version: '1.0.0' });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${first.baseUrl}/mcp`), { authProvider: provider }));
+    try {
+      expect((await mcp.callTool({ name: 'my-tickets', arguments: {} })).content).toEqual([{ type: 'text', text: `tickets of ${userId}` }]);
+    } finally {
+      await mcp.close();
+    }
+    expect(documents.requestsOf('/agent.json')).toBe(1);
+    // The same client's assertion presented by the registered client: refused, naming client_id.
+    const stolen = await idp.assertion({
+      sub: 'idp-grace',
+      email: EMAIL,
+      aud: first.tokengate.context.config.issuer.issuerUrl,
+      client_id: clientMetadataUrl,
+      resource: mcpResource,
+    });
+    const refused = await postForm(`${first.baseUrl}/oauth/token`, { grant_type: JWT_BEARER, assertion: stolen, ...clientCredentials(client) });
+    expect(await refused.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's client_id is not the authenticated client." });
   });
 });
