@@ -195,6 +195,19 @@ describe('the JWT bearer grant with an identity assertion', () => {
     expect(idp.keySetFetches).toBe(before);
   });
 
+  it('keeps the key set in hand when a fetch fails: an unknown kid is still refused as such, good assertions still taken', async () => {
+    idp.failKeySet();
+    try {
+      const fetchesBefore = idp.keySetFetches;
+      const unknown = await refusal(await exchange(first, await idp.assertion(claims(), { key: await generateProviderKey() })));
+      expect(unknown).toMatchObject({ status: 400, error: 'invalid_grant', description: expect.stringContaining("'s kid ") });
+      expect(idp.keySetFetches).toBeGreaterThan(fetchesBefore);
+      expect((await exchange(first, await idp.assertion(claims()))).status).toBe(200);
+    } finally {
+      idp.publishKeys([idp.current]);
+    }
+  });
+
   it('answers 503 temporarily_unavailable, not invalid_grant, while a provider of no key set in hand cannot be reached', async () => {
     const unreachable = { issuer: 'https://login.down.example', jwksUrl: `https://127.0.0.1:${await freePort()}/jwks`, algorithms: ['ES256'] };
     const reload = (providers: unknown[]) =>

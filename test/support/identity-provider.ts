@@ -60,6 +60,11 @@ export class TestIdentityProvider {
     this.publish();
   }
 
+  /** Answers 500 for the key set until keys are published again (a provider briefly down). */
+  failKeySet(): void {
+    this.server.route('/idp/jwks', (_request, response) => response.writeHead(500, { 'content-type': 'text/plain' }).end('down'));
+  }
+
   /** An ID-JAG for `claims` (iss, iat, exp, jti filled in unless given), signed with the current key. */
   async assertion(claims: JWTPayload, options: SigningOptions = {}): Promise<string> {
     const key = options.key ?? this.current;
