@@ -35,7 +35,9 @@ export const jwtBearer: GrantType = {
     });
     const audience = assertedAudience(context, assertion, requestedResources, application);
     const scopes = assertedScopes(context, assertion, requestedScopes, application);
-    const provider = providers.provider(assertion.issuer)!;
+    // A reload may have removed the provider while its keys were being fetched.
+    const provider = providers.provider(assertion.issuer);
+    if (provider === undefined) throw refused('iss', 'is not a trusted identity provider');
     const userId = await subjectUser(context, assertion, provider);
     await providers.spend(assertion);
     return issueTokens(
