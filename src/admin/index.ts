@@ -4,6 +4,7 @@ import { jsonErrorHandler } from '../errors.js';
 import { requireAdminToken } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerClientMetadataRoutes } from './client-metadata.js';
+import { registerKeyRoutes } from './keys.js';
 import { registerIdentityProviderRoutes, registerTokenRoutes } from './tokens.js';
 import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
@@ -21,6 +22,7 @@ export async function registerAdmin(ops: FastifyInstance, context: TokengateCont
       registerUserRoutes(scope, context);
       registerTokenRoutes(scope, context);
       registerClientMetadataRoutes(scope, context);
+      registerKeyRoutes(scope, context);
       registerIdentityProviderRoutes(scope, context);
     },
     { prefix: ADMIN_PREFIX },

@@ -21,16 +21,25 @@ export interface HeaderRules {
    * the forwarding headers, then the client's own fields without the credential, any spelling
    * of the identity headers, untrusted forwarding headers and hop-by-hop fields. `bodyLength`:
    * the length of a body the gateway re-encoded; null when no body is forwarded; undefined when
-   * the client's body streams through with its own framing.
+   * the client's body streams through with its own framing. `assertion`: the signed identity, sent
+   * first; `identityHeaders`: false on a route that sends it instead of them.
    */
-  request(request: IncomingMessage, token: VerifiedToken, requestId: string, bodyLength: number | null | undefined): string[];
+  request(
+    request: IncomingMessage,
+    token: VerifiedToken,
+    requestId: string,
+    bodyLength: number | null | undefined,
+    assertion?: string | null,
+    identityHeaders?: boolean,
+  ): string[];
   /** The upstream's response headers for the client: without hop-by-hop fields, with the request id. */
   response(rawHeaders: ReadonlyArray<Buffer | string>, requestId: string): string[];
   /** The identity headers alone (the decision listener answers with them). */
   identity(token: VerifiedToken, requestId: string): string[];
 }
 
-export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean): HeaderRules {
+/** `assertionHeader`: the signed identity's header (`signedIdentity.header`), which no client may send on, whether the feature is on or not. */
+export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean, assertionHeader: string): HeaderRules {
   const requestIdHeader = gateway.requestIdHeader.toLowerCase();
   const userIdHeader = gateway.identityHeaders.userId.toLowerCase();
   const clientIdHeader = gateway.identityHeaders.clientId.toLowerCase();
@@ -38,7 +47,8 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean):
   const tokenKindHeader = gateway.identityHeaders.tokenKind.toLowerCase();
   // Everything a client may not send on: identity headers and (untrusted) forwarding headers, in
   // every spelling; CGI-style servers read "x_auth_user_id" as "x-auth-user-id".
-  const spoofable = new Set([userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, ...(trustProxy ? [] : FORWARDING)]);
+  const identityHeader = assertionHeader.toLowerCase();
+  const spoofable = new Set([userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, identityHeader, ...(trustProxy ? [] : FORWARDING)]);
   const dropped = new Set([
     ...spoofable,
     ...HOP_BY_HOP,
@@ -63,8 +73,9 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean):
   return {
     identity,
 
-    request(request, token, requestId, bodyLength) {
-      const headers = identity(token, requestId);
+    request(request, token, requestId, bodyLength, assertion = null, identityHeaders = true) {
+      const headers = identityHeaders ? identity(token, requestId) : [requestIdHeader, requestId];
+      if (assertion !== null) headers.unshift(identityHeader, assertion);
       const inbound = request.headers;
       const peer = request.socket.remoteAddress ?? '';
       const inboundFor = trustProxy ? inbound['x-forwarded-for'] : undefined;
