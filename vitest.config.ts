@@ -33,6 +33,7 @@ export const SYSTEM = [
   'test/e2e-browser.test.ts',
   'test/failover-cluster.test.ts',
   'test/failover-sentinel.test.ts',
+  'test/identity-assertions-cluster.test.ts',
   'test/ingress.test.ts',
   'test/ingress-revocations.test.ts',
   'test/metrics-exemplars-prometheus.test.ts',

@@ -128,6 +128,7 @@ function wireReload({ context, cacheFor, readThrough }: CreatedContext, listener
     // resource's metadata: a changed resource recompiles the routes too.
     if (applied.includes('rateLimits')) context.rateLimiter.configure(effective);
     if (applied.includes('routes') || applied.includes('resources') || applied.includes('rateLimits')) listeners.gatewayRoutes?.replace(effective);
+    if (applied.includes('identityProviders')) revokeUntrusted(context, context.identityProviders.replace(effective.identityProviders));
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheFor(effective.cache);
@@ -154,6 +155,20 @@ function wireReload({ context, cacheFor, readThrough }: CreatedContext, listener
     }
     return { result: 'success', problems: [], applied, restartRequired, hash };
   };
+}
+
+/**
+ * A provider removed from the trusted list takes every token issued from its assertions with
+ * it, through the revocation feed. In the background: the reload itself stays synchronous, and
+ * every process that reloads does it (a revocation found done is a revocation of nothing).
+ */
+function revokeUntrusted(context: TokengateContext, issuers: readonly string[]): void {
+  for (const issuer of issuers) {
+    context.store.tokens.revokeIdentityTokens(issuer).then(
+      (revoked) => context.log.info({ issuer, revoked }, 'identity provider no longer trusted: its tokens revoked'),
+      (error: unknown) => context.log.error({ issuer, err: error }, 'identity provider no longer trusted: revoking its tokens failed'),
+    );
+  }
 }
 
 /** Binds the listeners this process serves, at the addresses of the config it started with. */
@@ -186,6 +201,7 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
   await context.tracing?.shutdown();
   await context.clientMetadata?.close();
   context.identity?.ring.stop();
+  await context.identityProviders.close();
   await context.cache?.stop();
   await Promise.all(lifecycle.stoppingCaches);
   await ownedStore?.close();

@@ -3,6 +3,7 @@ import { isMetadataClientId } from './client-metadata/client-id.js';
 import type { ClientMetadata } from './client-metadata/index.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import { createDpop, type Dpop } from './dpop/index.js';
+import { IdentityProviders } from './identity-providers/index.js';
 import type { SignedIdentity } from './identity/index.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import { RequestLog } from './observability/requests.js';
@@ -34,6 +35,8 @@ export interface TokengateContext {
   readonly rateLimiter: RateLimiter;
   /** Clients whose client_id is a metadata document URL, on the operator's list; null unless `clientMetadataDocuments.enabled`. */
   readonly clientMetadata: ClientMetadata | null;
+  /** The identity providers trusted for identity assertions (`identityProviders`, reloadable), and their assertions' single-use marks. */
+  readonly identityProviders: IdentityProviders;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
   /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
@@ -86,6 +89,7 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     log,
     rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
     clientMetadata,
+    identityProviders: new IdentityProviders(config.identityProviders, store.backend, log),
     requestLog: new RequestLog(config.logging.requests),
     tracing,
     identity,

@@ -77,6 +77,12 @@ export const ERRORS = {
   // client ID metadata documents (docs/client-metadata.md): pages at /oauth/authorize, invalid_client at the back channel
   CLIENT_NOT_ALLOWED: { status: 400, error: 'invalid_client', description: "The application is not on this service's list of allowed applications." },
   CLIENT_METADATA_UNUSABLE: { status: 502, error: 'invalid_client', description: "The application's description could not be fetched or is not valid." },
+  IDENTITY_PROVIDER_UNAVAILABLE: {
+    status: 503,
+    error: 'temporarily_unavailable',
+    description: "The identity provider's signing keys could not be fetched. Try again in a few minutes.",
+    headers: { 'retry-after': '5' },
+  },
   USER_SOURCE_UNAVAILABLE: { status: 503, error: 'temporarily_unavailable', description: 'Sign-in is temporarily unavailable. Try again in a few minutes.' },
   // RFC 6750 section 3.1 (resource requests through the gateway)
   TOKEN_MISSING: { status: 401, error: 'invalid_token', description: 'An access token is required.' },

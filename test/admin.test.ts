@@ -273,7 +273,7 @@ describe('admin API: users and token revocation', () => {
     expect(await isLive(appToken)).toBe(false);
     expect(await isLive(again.access_token)).toBe(false);
 
-    await expectBadRequest(await admin('POST', '/tokens/revoke', {}), 'exactly one of user_id and client_id');
+    await expectBadRequest(await admin('POST', '/tokens/revoke', {}), 'exactly one of user_id, client_id and identity_provider (with subject)');
     await expectBadRequest(await admin('POST', '/tokens/revoke', { user_id: userId, client_id: created.client_id }), 'exactly one');
   });
 

@@ -226,6 +226,20 @@ describe('tokengate users and tokens', () => {
     // Nine CLI processes, each loading TypeScript through tsx: slow on a busy machine.
   }, 60_000);
 
+  it('revokes the tokens of an identity provider subject, and lists the trusted providers', async () => {
+    const idp = 'https://login.company.example';
+    const tokens = [await running.issue({ identity: { issuer: idp, subject: 'ada' } }), await running.issue({ identity: { issuer: idp, subject: 'ada' } })];
+    const other = await running.issue({ identity: { issuer: idp, subject: 'grace' } });
+    const [revoked, listed] = await Promise.all([
+      tokengate(withConfig('tokens', 'revoke', '--idp', idp, '--subject', 'ada')),
+      tokengate(withConfig('identity-providers', 'list')),
+    ]);
+    expect(revoked).toMatchObject({ code: 0, stdout: `Revoked 2 tokens of subject ada of ${idp}.\n` });
+    for (const token of tokens) expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
+    expect(await running.store.tokens.getAccessToken(tokenDigest(other))).not.toBeNull();
+    expect(listed).toMatchObject({ code: 0, stdout: 'No identity provider is trusted.\n' });
+  }, 60_000);
+
   it('never takes a password from the command line, and checks its arguments', async () => {
     const [noStdin, asArgument, both, neither] = await Promise.all([
       tokengate(withConfig('users', 'create', '--email', 'bo@example.com')),
@@ -238,7 +252,7 @@ describe('tokengate users and tokens', () => {
     expect(asArgument.code).toBe(2);
     expect(asArgument.stderr).toContain("Unknown option '--password'");
     expect(asArgument.stderr).not.toContain('hunter2');
-    expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining('exactly one of --user and --client') });
+    expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining('exactly one of --user, --client and --idp with --subject') });
     expect(neither.code).toBe(2);
     expect(await running.store.users.findByEmail('bo@example.com')).toBeNull();
   });

@@ -297,3 +297,38 @@ describe('store topologies', () => {
     expect(parseConfig(`${issuer}store:\n  url: redis://a:6379\n  cluster:\n    nodes: ["b:6379"]\n`, 'test.yaml', {}).store.driver).toBe('memory');
   });
 });
+
+describe('identityProviders', () => {
+  const provider = (fields: string) =>
+    `identityProviders:\n  - issuer: https://login.company.example\n    jwksUrl: https://login.company.example/jwks\n${fields}`;
+
+  it('accepts a provider over https with asymmetric algorithms, and fills its defaults', () => {
+    const [entry] = parseConfig(provider(''), 'test.yaml', {}).identityProviders;
+    expect(entry).toEqual({
+      issuer: 'https://login.company.example',
+      jwksUrl: 'https://login.company.example/jwks',
+      caFile: '',
+      algorithms: ['RS256', 'ES256'],
+      userClaim: 'email',
+      jitUsers: false,
+      maxAssertionLifetimeSeconds: 300,
+      keyRefreshCooldownSeconds: 30,
+    });
+  });
+
+  it('refuses a key set in the clear, HMAC or none, a missing CA file, a provider listed twice, and users not kept in the store', () => {
+    const problems = problemsOf(
+      `issuer:\n  users:\n    source: http\n    url: https://users.example/check\n` +
+        `identityProviders:\n  - issuer: https://login.company.example\n    jwksUrl: http://login.company.example/jwks\n    algorithms: [RS256, HS256, none]\n    caFile: /no/such/ca.pem\n` +
+        `  - issuer: https://login.company.example\n    jwksUrl: https://login.company.example/jwks\n`,
+    );
+    expect(problems.map(({ path, message }) => ({ path, message }))).toEqual([
+      { path: 'identityProviders', message: expect.stringContaining('issuer.users.source "store"') },
+      { path: 'identityProviders[0].jwksUrl', message: 'expected an https URL, got "http://login.company.example/jwks"' },
+      { path: 'identityProviders[0].algorithms[1]', message: expect.stringContaining('got "HS256"') },
+      { path: 'identityProviders[0].algorithms[2]', message: expect.stringContaining('got "none"') },
+      { path: 'identityProviders[0].caFile', message: 'no such file: /no/such/ca.pem' },
+      { path: 'identityProviders[1].issuer', message: '"https://login.company.example" is listed more than once' },
+    ]);
+  });
+});

@@ -346,6 +346,27 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     expect(await subject.store.tokens.revokeClientTokens('client-z')).toBe(0);
   });
 
+  it('revokes every token issued from the assertions of one identity provider subject, or of the whole provider, on the peer too', async () => {
+    const idp = 'https://idp.company.example';
+    const ada = [newDigest(), newDigest()];
+    const grace = newDigest();
+    const elsewhere = newDigest();
+    for (const digest of ada) await subject.store.tokens.saveAccessToken(digest, accessToken({ identity: { issuer: idp, subject: 'ada' } }));
+    await subject.store.tokens.saveAccessToken(grace, accessToken({ identity: { issuer: idp, subject: 'grace' } }));
+    await subject.store.tokens.saveAccessToken(elsewhere, accessToken({ identity: { issuer: 'https://idp.other.example', subject: 'ada' } }));
+    // The peer reads them first: a cached peer holds them until the feed tells it.
+    for (const digest of [...ada, grace, elsewhere]) expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeIdentityTokens(idp, 'ada')).toBe(2);
+    await eventually(async () => (await subject.peer.tokens.getAccessToken(ada[0]!)) === null && (await subject.peer.tokens.getAccessToken(ada[1]!)) === null);
+    expect(await subject.peer.tokens.getAccessToken(grace)).not.toBeNull();
+    expect(await subject.peer.tokens.getAccessToken(elsewhere)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeIdentityTokens(idp)).toBe(1);
+    await eventually(async () => (await subject.peer.tokens.getAccessToken(grace)) === null);
+    expect(await subject.peer.tokens.getAccessToken(elsewhere)).not.toBeNull();
+  });
+
   it('revokes every token of a deleted application or user', async () => {
     const digest = newDigest();
     await subject.store.applications.put({

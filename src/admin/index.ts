@@ -5,7 +5,7 @@ import { requireAdminToken } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerClientMetadataRoutes } from './client-metadata.js';
 import { registerKeyRoutes } from './keys.js';
-import { registerTokenRoutes } from './tokens.js';
+import { registerIdentityProviderRoutes, registerTokenRoutes } from './tokens.js';
 import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
 
@@ -23,6 +23,7 @@ export async function registerAdmin(ops: FastifyInstance, context: TokengateCont
       registerTokenRoutes(scope, context);
       registerClientMetadataRoutes(scope, context);
       registerKeyRoutes(scope, context);
+      registerIdentityProviderRoutes(scope, context);
     },
     { prefix: ADMIN_PREFIX },
   );

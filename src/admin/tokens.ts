@@ -3,12 +3,27 @@ import type { TokengateContext } from '../context.js';
 import { readRevocationTarget } from './validate.js';
 
 export function registerTokenRoutes(scope: FastifyInstance, context: TokengateContext): void {
-  /** Every access and refresh token of one user (all applications) or of one application (all users). */
+  /**
+   * Every access and refresh token of one user (all applications), of one application (all
+   * users), or issued from the identity assertions of one subject of an identity provider.
+   */
   scope.post('/tokens/revoke', async function revokeTokens(request) {
     const target = readRevocationTarget(request.body);
+    const tokens = context.store.tokens;
     const revoked =
-      'userId' in target ? await context.store.tokens.revokeUserTokens(target.userId) : await context.store.tokens.revokeClientTokens(target.clientId);
+      'userId' in target
+        ? await tokens.revokeUserTokens(target.userId)
+        : 'clientId' in target
+          ? await tokens.revokeClientTokens(target.clientId)
+          : await tokens.revokeIdentityTokens(target.identityProvider, target.subject);
     request.log.info({ ...target, revoked }, 'tokens revoked by the operator');
     return { revoked };
+  });
+}
+
+/** The identity providers trusted for identity assertions, as the config in effect lists them. */
+export function registerIdentityProviderRoutes(scope: FastifyInstance, context: TokengateContext): void {
+  scope.get('/identity-providers', async function listIdentityProviders() {
+    return { identityProviders: context.identityProviders.list() };
   });
 }

@@ -24,7 +24,7 @@ export interface UserInput {
   password: string;
 }
 
-export type RevocationTarget = { userId: string } | { clientId: string };
+export type RevocationTarget = { userId: string } | { clientId: string } | { identityProvider: string; subject: string };
 
 export const MIN_PASSWORD_LENGTH = 8;
 /** scrypt's cost does not grow with the password, but there is no reason to accept a novel. */
@@ -147,7 +147,12 @@ export function readRevocationTarget(body: unknown): RevocationTarget {
   const fields = asObject(body);
   const userId = optionalString(fields, 'user_id');
   const clientId = optionalString(fields, 'client_id');
-  if ((userId === undefined) === (clientId === undefined)) throw invalid('give exactly one of user_id and client_id');
+  const identityProvider = optionalString(fields, 'identity_provider');
+  const subject = optionalString(fields, 'subject');
+  if ([userId, clientId, identityProvider].filter((value) => value !== undefined).length !== 1)
+    throw invalid('give exactly one of user_id, client_id and identity_provider (with subject)');
+  if ((identityProvider === undefined) !== (subject === undefined)) throw invalid('identity_provider and subject go together');
+  if (identityProvider !== undefined) return { identityProvider, subject: subject! };
   return userId !== undefined ? { userId } : { clientId: clientId! };
 }
 

@@ -56,12 +56,22 @@ async function readPasswordFromStdin(): Promise<string> {
     .replace(/\r?\n$/, '');
 }
 
+/** One entry of GET /admin/identity-providers. */
+interface IdentityProviderView {
+  issuer: string;
+  jwksUrl: string;
+  algorithms: string[];
+  userClaim: string;
+  jitUsers: boolean;
+  maxAssertionLifetimeSeconds: number;
+}
+
 const APPS_CREATE_USAGE =
   'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
 const APPS_UPDATE_USAGE =
   'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
-const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID';
+const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
 
 /** `--scopes "a b"` or `--scopes a,b`. */
 function scopeList(value: unknown): string[] | undefined {
@@ -233,15 +243,34 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     },
   },
   'tokens revoke': {
-    summary: 'Revoke every token of one user (all applications) or of one application (all users).',
+    summary:
+      'Revoke every token of one user (all applications), of one application (all users), or issued from the identity assertions of one subject of an identity provider.',
     usage: TOKENS_REVOKE_USAGE,
-    options: { ...configOption, user: { type: 'string' }, client: { type: 'string' } },
+    options: { ...configOption, user: { type: 'string' }, client: { type: 'string' }, idp: { type: 'string' }, subject: { type: 'string' } },
     async run(values) {
-      const { user, client: clientId } = values as { user?: string; client?: string };
-      if ((user === undefined) === (clientId === undefined)) throw new UsageError(`give exactly one of --user and --client\nusage: ${TOKENS_REVOKE_USAGE}`);
-      const body = user !== undefined ? { user_id: user } : { client_id: clientId };
+      const { user, client: clientId, idp, subject } = values as { user?: string; client?: string; idp?: string; subject?: string };
+      if ([user, clientId, idp].filter((value) => value !== undefined).length !== 1 || (idp === undefined) !== (subject === undefined))
+        throw new UsageError(`give exactly one of --user, --client and --idp with --subject\nusage: ${TOKENS_REVOKE_USAGE}`);
+      const body = user !== undefined ? { user_id: user } : clientId !== undefined ? { client_id: clientId } : { identity_provider: idp, subject };
       const { revoked } = await client(values).request<{ revoked: number }>('POST', '/tokens/revoke', body);
-      print(`Revoked ${revoked} token${revoked === 1 ? '' : 's'} of ${user !== undefined ? `user ${user}` : `application ${clientId}`}.`);
+      const whose = user !== undefined ? `user ${user}` : clientId !== undefined ? `application ${clientId}` : `subject ${subject} of ${idp}`;
+      print(`Revoked ${revoked} token${revoked === 1 ? '' : 's'} of ${whose}.`);
+      return 0;
+    },
+  },
+  'identity-providers list': {
+    summary: 'List the identity providers trusted for identity assertions (the config in effect).',
+    usage: 'tokengate identity-providers list [--json]',
+    options: { ...configOption, json: { type: 'boolean', default: false } },
+    async run(values) {
+      const answer = await client(values).request<{ identityProviders: IdentityProviderView[] }>('GET', '/identity-providers');
+      if (values.json === true) print(JSON.stringify(answer, null, 2));
+      else if (answer.identityProviders.length === 0) print('No identity provider is trusted.');
+      else
+        for (const provider of answer.identityProviders)
+          print(
+            `${provider.issuer}  keys ${provider.jwksUrl}  ${provider.algorithms.join(',')}  users by ${provider.userClaim}${provider.jitUsers ? ' (created when missing)' : ''}  assertions up to ${provider.maxAssertionLifetimeSeconds} s`,
+          );
       return 0;
     },
   },

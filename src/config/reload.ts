@@ -6,11 +6,12 @@ import type { Config } from './schema.js';
 
 /**
  * What a running instance takes from a reloaded config, and what it cannot. Resources, routes
- * (and with them the upstreams), rate limit policies, cache and logging settings are applied;
+ * (and with them the upstreams), rate limit policies, cache and logging settings, and the trusted
+ * identity providers are applied;
  * every other section is bound at start (listeners, the store connection, the issuer's
  * endpoints, the gateway's header names) and changes only on restart.
  */
-export const RELOADED_SECTIONS = ['resources', 'routes', 'rateLimits', 'cache', 'logging'] as const satisfies ReadonlyArray<keyof Config>;
+export const RELOADED_SECTIONS = ['resources', 'routes', 'rateLimits', 'cache', 'logging', 'identityProviders'] as const satisfies ReadonlyArray<keyof Config>;
 export type ReloadedSection = (typeof RELOADED_SECTIONS)[number];
 
 export interface ReloadOutcome {
@@ -27,7 +28,15 @@ export interface ReloadOutcome {
 
 /** The config to run with: the reloaded sections of `next`, everything else as `running` has it. */
 export function effectiveConfig(running: Readonly<Config>, next: Readonly<Config>): Readonly<Config> {
-  return Object.freeze({ ...running, resources: next.resources, routes: next.routes, rateLimits: next.rateLimits, cache: next.cache, logging: next.logging });
+  return Object.freeze({
+    ...running,
+    resources: next.resources,
+    routes: next.routes,
+    rateLimits: next.rateLimits,
+    cache: next.cache,
+    logging: next.logging,
+    identityProviders: next.identityProviders,
+  });
 }
 
 export function changedSections(running: Readonly<Config>, next: Readonly<Config>): ReloadedSection[] {

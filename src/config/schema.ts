@@ -290,6 +290,41 @@ export const ClientMetadataAllowSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/** Signature algorithms an identity provider may sign with: asymmetric only (never `none`, never HMAC, whose key would be the published one). */
+export const IDENTITY_ASSERTION_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'] as const;
+
+export const IdentityProviderSchema = Type.Object(
+  {
+    issuer: Type.String({ minLength: 1, description: 'The `iss` of its identity assertions (an https URL), exactly as the provider writes it.' }),
+    jwksUrl: Type.String({ minLength: 1, description: 'Where its signing keys are published (an https URL, a JSON Web Key Set).' }),
+    caFile: Type.String({
+      default: '',
+      description: "A PEM file of the certificate authorities to trust for the key set instead of the system's (a private provider, tests).",
+    }),
+    algorithms: Type.Array(Type.String(), {
+      default: ['RS256', 'ES256'],
+      minItems: 1,
+      uniqueItems: true,
+      description: `The signature algorithms accepted from it, among ${IDENTITY_ASSERTION_ALGORITHMS.join(', ')} (never \`none\`, never HMAC).`,
+    }),
+    userClaim: Type.String({
+      minLength: 1,
+      default: 'email',
+      description: "The assertion's claim holding the e-mail address of the tokengate user (`tokengate users create`) its subject is.",
+    }),
+    jitUsers: Type.Boolean({
+      default: false,
+      description: 'Create the user (without a password) when no user has that e-mail address; off: such an assertion is refused.',
+    }),
+    maxAssertionLifetimeSeconds: Seconds(300, 'Longest lifetime (`exp` - `iat`) of an assertion accepted from it.', 1),
+    keyRefreshCooldownSeconds: Seconds(
+      30,
+      'Shortest time between two fetches of its key set caused by an unknown `kid` (a fetch its caching headers call for is not held back).',
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const ClientMetadataDocumentsSchema = closed({
   enabled: Type.Boolean({
     default: false,
@@ -556,6 +591,11 @@ export const ConfigSchema = Type.Object(
     dpop: DpopSchema,
     signedIdentity: SignedIdentitySchema,
     clientMetadataDocuments: ClientMetadataDocumentsSchema,
+    identityProviders: Type.Array(IdentityProviderSchema, {
+      default: [],
+      description:
+        'The identity providers whose identity assertions (ID-JAG) the token endpoint accepts with the JWT bearer grant (docs/issuer.md#identity-assertions). Reloadable: a provider removed has every token issued from its assertions revoked.',
+    }),
     resources: Type.Array(ResourceSchema, {
       default: [],
       description:
@@ -587,4 +627,5 @@ export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;
 export type SignedIdentityConfig = Static<typeof SignedIdentitySchema>;
 export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
+export type IdentityProviderConfig = Static<typeof IdentityProviderSchema>;
 export type ClientMetadataAllowConfig = Static<typeof ClientMetadataAllowSchema>;

@@ -1,6 +1,6 @@
 import type { RequestTrace } from '../tracing/index.js';
 import type { TokengateContext } from '../context.js';
-import { StoreUnavailableError, type AccessTokenRecord, type RefreshTokenRecord } from '../store/store.js';
+import { StoreUnavailableError, type AccessTokenRecord, type IdentityOrigin, type RefreshTokenRecord } from '../store/store.js';
 import { formatScope } from '../token/scope.js';
 import { tokenDigest } from '../token/token-value.js';
 
@@ -35,12 +35,16 @@ export type Issuance =
       audience: string[];
       /** Resources of the refresh token: the whole grant's, even when this access token is narrowed. */
       grantAudience: string[];
+      /** False: an access token alone (an identity assertion's client asks its provider again). Absent: with a refresh token. */
+      withRefreshToken?: false;
+      /** The identity provider's subject, for a token issued from its assertion. */
+      identity?: IdentityOrigin;
     };
 
 /**
  * Mints and stores the tokens of one issuance. Only digests reach the store; the values exist
- * in this response alone. User tokens come with a refresh token of the same token family,
- * application tokens never do (the ticketing service's client_credentials behaviour).
+ * in this response alone. User tokens come with a refresh token of the same token family
+ * (unless the grant says otherwise), application tokens never do (the ticketing service's client_credentials behaviour).
  */
 export async function issueTokens(context: TokengateContext, issuance: Issuance, trace: RequestTrace | null = null): Promise<TokenResponse> {
   const { accessTokenTtl, refreshTokenTtl } = context.config.issuer;
@@ -56,11 +60,12 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
     issuedAt,
     expiresAt: issuedAt + accessTokenTtl * 1000,
     ...(issuance.jkt === null ? {} : { jkt: issuance.jkt }),
+    ...(issuance.kind === 'user' && issuance.identity !== undefined ? { identity: issuance.identity } : {}),
   };
   const saves = [context.store.tokens.saveAccessToken(tokenDigest(accessToken), access)];
 
   let refreshToken: string | undefined;
-  if (issuance.kind === 'user') {
+  if (issuance.kind === 'user' && issuance.withRefreshToken !== false) {
     refreshToken = context.minter.mint();
     const refresh: RefreshTokenRecord = {
       clientId: issuance.clientId,

@@ -2,7 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { DPOP_SIGNING_ALGORITHMS } from '../dpop/algorithms.js';
 import { CLIENT_AUTH_METHODS } from './client-auth.js';
-import { GRANT_TYPES } from './grant-types/index.js';
+import { ID_JAG_PROFILE } from '../identity-providers/index.js';
+import { GRANT_TYPES, JWT_BEARER_GRANT_TYPE } from './grant-types/index.js';
 import { INTROSPECTION_ENDPOINT_PATH } from './introspection-endpoint.js';
 import { REVOCATION_ENDPOINT_PATH } from './revocation-endpoint.js';
 import { TOKEN_ENDPOINT_PATH } from './token-endpoint.js';
@@ -11,18 +12,19 @@ export const METADATA_PATH = '/.well-known/oauth-authorization-server';
 export const AUTHORIZATION_ENDPOINT_PATH = '/oauth/authorize';
 
 /**
- * GET /.well-known/oauth-authorization-server (RFC 8414), built once from the config: client
- * libraries discover every endpoint from `issuer.issuerUrl`, the URL clients reach tokengate at.
+ * GET /.well-known/oauth-authorization-server (RFC 8414), from the config in effect: client
+ * libraries discover every endpoint from `issuer.issuerUrl`, the URL clients reach tokengate at,
+ * and whether identity assertions are accepted from the trusted providers a reload may change.
  */
 export function registerMetadataEndpoint(scope: FastifyInstance, context: TokengateContext): void {
-  const metadata = authorizationServerMetadata(context);
   scope.get(METADATA_PATH, async function metadataEndpoint() {
-    return metadata;
+    return authorizationServerMetadata(context);
   });
 }
 
 export function authorizationServerMetadata(context: TokengateContext) {
   const issuer = context.config.issuer.issuerUrl.replace(/\/+$/, '');
+  const assertions = context.identityProviders.enabled;
   const secretMethods = CLIENT_AUTH_METHODS.filter((method) => method !== 'none');
   return {
     issuer,
@@ -30,7 +32,8 @@ export function authorizationServerMetadata(context: TokengateContext) {
     token_endpoint: `${issuer}${TOKEN_ENDPOINT_PATH}`,
     revocation_endpoint: `${issuer}${REVOCATION_ENDPOINT_PATH}`,
     introspection_endpoint: `${issuer}${INTROSPECTION_ENDPOINT_PATH}`,
-    grant_types_supported: [...GRANT_TYPES.keys()],
+    // The JWT bearer grant only while an identity provider is trusted (identityProviders).
+    grant_types_supported: [...GRANT_TYPES.keys()].filter((type) => type !== JWT_BEARER_GRANT_TYPE || assertions),
     response_types_supported: ['code'],
     code_challenge_methods_supported: ['S256'],
     token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
@@ -40,5 +43,7 @@ export function authorizationServerMetadata(context: TokengateContext) {
     dpop_signing_alg_values_supported: [...DPOP_SIGNING_ALGORITHMS],
     // A client_id may be the URL of the client's metadata document, when the operator's list allows it.
     ...(context.config.clientMetadataDocuments.enabled ? { client_id_metadata_document_supported: true } : {}),
+    // draft-ietf-oauth-identity-assertion-authz-grant: the assertions of trusted identity providers (ID-JAG).
+    ...(assertions ? { authorization_grant_profiles_supported: [ID_JAG_PROFILE] } : {}),
   };
 }

@@ -327,6 +327,14 @@ export class CachedTokens implements Tokens {
     return this.dropMatching(this.tokens.revokeClientTokens(clientId, options), 'clientId', clientId);
   }
 
+  /**
+   * The cache does not keep a token's identity provider subject: the revocation feed, which
+   * names every access token removed, drops them here as on every other sidecar.
+   */
+  revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
+    return this.tokens.revokeIdentityTokens(issuer, subject);
+  }
+
   // The rest of the port: nothing the cache holds depends on them (a refresh token is never cached, and revoking one announces no access token).
 
   saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {

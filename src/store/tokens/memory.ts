@@ -1,7 +1,11 @@
 import { cloneOrNull, ExpiringMap } from '../expiring-map.js';
 import { consume, type Consumed } from '../single-use.js';
 import {
+  identityIndexes,
+  identityIssuerIndex,
+  identitySubjectIndex,
   REVOKED_MARK_MS,
+  type IdentityOrigin,
   type AccessTokenRecord,
   type IndexRevocation,
   type RefreshTokenRecord,
@@ -10,7 +14,7 @@ import {
   type Tokens,
 } from './port.js';
 
-type IndexedRecord = { clientId: string; userId: string | null; familyId: string | null };
+type IndexedRecord = { clientId: string; userId: string | null; familyId: string | null; identity?: IdentityOrigin };
 
 /** The tokens of a single instance, with the same indexes and revocation rules as the Redis ones. */
 export class MemoryTokens implements Tokens {
@@ -65,6 +69,10 @@ export class MemoryTokens implements Tokens {
 
   async revokeClientTokens(clientId: string, options: IndexRevocation = {}): Promise<number> {
     return this.revokeIndexed(`client:${clientId}`, options.forGood === true);
+  }
+
+  async revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
+    return this.revokeIndexed(subject === undefined ? identityIssuerIndex(issuer) : identitySubjectIndex(issuer, subject), false);
   }
 
   async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
@@ -150,5 +158,6 @@ function indexKeys(record: IndexedRecord): string[] {
   const keys = [`client:${record.clientId}`];
   if (record.userId !== null) keys.push(`user:${record.userId}`);
   if (record.familyId !== null) keys.push(`family:${record.familyId}`);
+  if (record.identity !== undefined) keys.push(...identityIndexes(record.identity));
   return keys;
 }

@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import type { TokenKind } from '../../token/kinds.js';
 import type { Consumed } from '../single-use.js';
 
@@ -15,6 +16,33 @@ export interface AccessTokenRecord {
   expiresAt: number;
   /** DPoP binding (RFC 9449 section 6): the RFC 7638 thumbprint of the key every request must prove. Absent: a Bearer token. */
   jkt?: string;
+  /** The identity provider's subject an identity assertion (ID-JAG) named; absent for tokens of other grants. */
+  identity?: IdentityOrigin;
+}
+
+/** Who, at which identity provider, a token was issued for. */
+export interface IdentityOrigin {
+  /** The provider's `iss`. */
+  issuer: string;
+  /** Its `sub`. */
+  subject: string;
+}
+
+/**
+ * The index names (after `idx:`) of a token issued from an identity assertion: one of every
+ * token of the subject, one of every token of the provider (revoked when it is no longer
+ * trusted). Hashed: an issuer URL or a subject may be long, and holds characters a key should not.
+ */
+export function identityIndexes(identity: IdentityOrigin): string[] {
+  return [identitySubjectIndex(identity.issuer, identity.subject), identityIssuerIndex(identity.issuer)];
+}
+
+export function identitySubjectIndex(issuer: string, subject: string): string {
+  return `idp-subject:${hash('sha256', `${issuer}\n${subject}`, 'base64url')}`;
+}
+
+export function identityIssuerIndex(issuer: string): string {
+  return `idp:${hash('sha256', issuer, 'base64url')}`;
 }
 
 export interface RefreshTokenRecord {
@@ -89,6 +117,8 @@ export interface Tokens {
   revokeFamily(familyId: string): Promise<number>;
   revokeUserTokens(userId: string, options?: IndexRevocation): Promise<number>;
   revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number>;
+  /** Every token issued from the identity assertions of one subject of a provider, or, without a subject, of the whole provider. */
+  revokeIdentityTokens(issuer: string, subject?: string): Promise<number>;
 
   /** Starts delivering revocations from every sidecar. Resolves with an unsubscribe function. */
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>>;

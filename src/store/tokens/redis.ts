@@ -2,6 +2,9 @@ import type { RedisDoor } from '../backend.js';
 import { consumed, parse } from '../redis-records.js';
 import { CONSUME_SCRIPT, type Consumed } from '../single-use.js';
 import {
+  identityIndexes,
+  identityIssuerIndex,
+  identitySubjectIndex,
   REVOKED_MARK_MS,
   type AccessTokenRecord,
   type IndexRevocation,
@@ -75,6 +78,11 @@ export class RedisTokens implements Tokens {
     return this.revokeIndexed(this.indexKey('client', clientId), options.forGood === true);
   }
 
+  revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
+    const index = subject === undefined ? identityIssuerIndex(issuer) : identitySubjectIndex(issuer, subject);
+    return this.revokeIndexed(this.door.key(`idx:${index}`), false);
+  }
+
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
     return this.door.subscribe(this.channel, {
       onMessage(message) {
@@ -90,10 +98,11 @@ export class RedisTokens implements Tokens {
     return this.door.key(`idx:${kind}:${id}`);
   }
 
-  private indexKeys(record: { clientId: string; userId: string | null; familyId: string | null }): string[] {
+  private indexKeys(record: AccessTokenRecord | RefreshTokenRecord): string[] {
     const keys = [this.indexKey('client', record.clientId)];
     if (record.userId !== null) keys.push(this.indexKey('user', record.userId));
     if (record.familyId !== null) keys.push(this.indexKey('family', record.familyId));
+    if ('identity' in record && record.identity !== undefined) for (const index of identityIndexes(record.identity)) keys.push(this.door.key(`idx:${index}`));
     return keys;
   }
 
