@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { recordAdminChange } from './admin-auth.js';
 import { readRevocationTarget } from './validate.js';
 
 export function registerTokenRoutes(scope: FastifyInstance, context: TokengateContext): void {
@@ -8,7 +9,7 @@ export function registerTokenRoutes(scope: FastifyInstance, context: TokengateCo
     const target = readRevocationTarget(request.body);
     const revoked =
       'userId' in target ? await context.store.tokens.revokeUserTokens(target.userId) : await context.store.tokens.revokeClientTokens(target.clientId);
-    request.log.info({ ...target, revoked }, 'tokens revoked by the operator');
+    recordAdminChange(request, { action: 'tokens revoked by the operator', ...target, revoked });
     return { revoked };
   });
 }
