@@ -45,7 +45,7 @@ function routes(upstreamUrl: string) {
 beforeAll(async () => {
   upstream = await startUpstream();
   const port = await freePort();
-  const config = { server: { trustProxy: true }, issuer: { issuerUrl: `http://127.0.0.1:${port}` }, routes: routes(upstream.url) };
+  const config = { server: { trustProxy: ['loopback'] }, issuer: { issuerUrl: `http://127.0.0.1:${port}` }, routes: routes(upstream.url) };
   first = await startTokengate('dpop', { port, config });
   second = await startTokengate('dpop-second', { sharing: first, config });
   const issuer = new URL(first.baseUrl);

@@ -3,7 +3,7 @@ import { connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { addressKey } from '../src/listeners/connection-limits.js';
+import { addressKey } from '../src/http/client-address.js';
 import { timeoutCheckIntervalMs } from '../src/listeners/guard.js';
 import { loggerOptions } from '../src/observability/logger.js';
 import { startUpstream, type Upstream } from './support/gateway.js';

@@ -81,7 +81,7 @@ describe.each([
 
   beforeAll(async () => {
     const config = {
-      server: { trustProxy: true },
+      server: { trustProxy: ['loopback'] },
       routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
     };
     first = await startTokengate('topology-flows', { topology: topology(), config });
