@@ -41,7 +41,10 @@ describe('login throttle', () => {
   let sidecar: RunningTokengate;
 
   beforeAll(async () => {
-    const settings = { server: { trustProxy: ['loopback'] }, issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } } };
+    const settings = {
+      server: { trustProxy: ['loopback'] },
+      issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } },
+    };
     issuer = await startTokengate('throttle', { config: settings });
     // A second sidecar on the same store: the counts are shared.
     sidecar = await startTokengate('throttle-sidecar', { sharing: issuer, config: settings });

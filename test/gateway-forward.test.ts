@@ -241,7 +241,12 @@ describe('identity and forwarding headers', () => {
 
   it('passes on only what the proxies server.trustProxy names wrote: by address, by hop count, and nothing from a peer it does not name', async () => {
     // A client wrote 198.51.100.1 itself; the proxies in front appended the rest, the nearest last.
-    const sent = { 'x-forwarded-for': '198.51.100.1, 203.0.113.9, 10.0.0.2', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com', 'x-real-ip': '198.51.100.1' };
+    const sent = {
+      'x-forwarded-for': '198.51.100.1, 203.0.113.9, 10.0.0.2',
+      'x-forwarded-proto': 'https',
+      'x-forwarded-host': 'api.example.com',
+      'x-real-ip': '198.51.100.1',
+    };
     const fromProxy = { proto: 'https', host: 'api.example.com', realIp: '198.51.100.1' };
     const cases: Array<{ trustProxy: unknown; forwardedFor: string; proto: string; host: string | null; realIp: string | undefined }> = [
       // The peer (127.0.0.1) is a named proxy; 10.0.0.2, which it says sent the request, is not: the client.
@@ -253,13 +258,20 @@ describe('identity and forwarding headers', () => {
       { trustProxy: ['192.0.2.0/24'], forwardedFor: '127.0.0.1', proto: 'http', host: null, realIp: undefined },
     ];
     for (const { trustProxy, ...expected } of cases) {
-      const trusting = await startTokengate('gateway-trust', { config: { server: { trustProxy }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] } });
+      const trusting = await startTokengate('gateway-trust', {
+        config: { server: { trustProxy }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] },
+      });
       try {
         const token = await trusting.issue();
         expect((await fetch(`${trusting.baseUrl}/api/x`, { headers: { authorization: `Bearer ${token}`, ...sent } })).status).toBe(200);
         const received = lastReceived().headers;
         expect(
-          { forwardedFor: received['x-forwarded-for'], proto: received['x-forwarded-proto'], host: received['x-forwarded-host'], realIp: received['x-real-ip'] },
+          {
+            forwardedFor: received['x-forwarded-for'],
+            proto: received['x-forwarded-proto'],
+            host: received['x-forwarded-host'],
+            realIp: received['x-real-ip'],
+          },
           JSON.stringify(trustProxy),
         ).toEqual({ ...expected, host: expected.host ?? new URL(trusting.baseUrl).host });
       } finally {

@@ -24,7 +24,10 @@ export function guardAdminRequests(scope: FastifyInstance, expected: string, lis
     // Responses carry client secrets and user data: no cache keeps them.
     reply.header('cache-control', 'no-store');
     if (request.headers.origin !== undefined) {
-      throw new TokengateError('ADMIN_FORBIDDEN', { description: 'The admin API does not answer requests made by a browser (an Origin header).', detail: 'origin header' });
+      throw new TokengateError('ADMIN_FORBIDDEN', {
+        description: 'The admin API does not answer requests made by a browser (an Origin header).',
+        detail: 'origin header',
+      });
     }
     if (!isListenerHost(request.headers.host, ownName)) {
       throw new TokengateError('ADMIN_FORBIDDEN', {

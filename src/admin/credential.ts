@@ -37,7 +37,8 @@ export function readAdminTokenFile(file: string): string | null {
     throw new AdminTokenFileError(`${file} cannot be read (${(error as Error).message})`);
   }
   const token = text.trim();
-  if (token.length < 16 || !isBearerToken(token)) throw new AdminTokenFileError(`${file} holds no admin token (16 or more bearer token characters): delete it to have a new one made`);
+  if (token.length < 16 || !isBearerToken(token))
+    throw new AdminTokenFileError(`${file} holds no admin token (16 or more bearer token characters): delete it to have a new one made`);
   return token;
 }
 
@@ -69,4 +70,14 @@ export function readOrCreateAdminToken(file: string): string {
     }
   }
   return readAdminTokenFile(file)!;
+}
+
+/**
+ * The token `tokengate serve` runs the admin API with: `admin.token` when the config sets one,
+ * otherwise the one kept for this user, made at the first start (`file` says where).
+ */
+export function servedAdminToken(configured: string, env: Readonly<Record<string, string | undefined>> = process.env): { token: string; file: string | null } {
+  if (configured !== '') return { token: configured, file: null };
+  const file = adminTokenFile(env);
+  return { token: readOrCreateAdminToken(file), file };
 }

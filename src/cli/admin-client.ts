@@ -58,7 +58,8 @@ function keptToken(configFile: string): string {
   try {
     token = readAdminTokenFile(file);
   } catch (error) {
-    if (error instanceof AdminTokenFileError) throw new CommandError(`${configFile} sets no admin.token, and the admin token kept for this user cannot be used: ${error.message}`);
+    if (error instanceof AdminTokenFileError)
+      throw new CommandError(`${configFile} sets no admin.token, and the admin token kept for this user cannot be used: ${error.message}`);
     throw error;
   }
   if (token === null) {

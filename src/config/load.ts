@@ -236,7 +236,9 @@ function checkTrustProxy(config: Config): ConfigProblem[] {
   if (!Array.isArray(setting)) return [];
   return setting.flatMap((entry, index) => {
     const problem = trustedProxyProblem(entry);
-    return problem === null ? [] : [{ path: `server.trustProxy[${index}]`, message: `expected an IP address, a CIDR range, loopback, linklocal or uniquelocal: ${problem}` }];
+    return problem === null
+      ? []
+      : [{ path: `server.trustProxy[${index}]`, message: `expected an IP address, a CIDR range, loopback, linklocal or uniquelocal: ${problem}` }];
   });
 }
 

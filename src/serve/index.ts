@@ -1,6 +1,6 @@
 import cluster from 'node:cluster';
 import type { Logger } from 'pino';
-import { AdminTokenFileError, adminTokenFile, readOrCreateAdminToken } from '../admin/credential.js';
+import { AdminTokenFileError, servedAdminToken } from '../admin/credential.js';
 import type { Config } from '../config/schema.js';
 import { configWarnings } from '../config/warnings.js';
 import { createProcessLogger } from '../observability/logger.js';
@@ -47,16 +47,17 @@ export async function serve(config: Readonly<Config>, file: string): Promise<num
  * the first start (src/admin/credential.ts), so the CLI finds it with no flag. A file that
  * cannot be used stops the start: an admin API nobody can call, or anyone can, is no use.
  */
-function keptAdminToken(config: Readonly<Config>, log: Logger): string | undefined {
-  if (config.admin.token !== '') return undefined;
-  const file = adminTokenFile();
-  let token: string;
+function keptAdminToken(config: Readonly<Config>, log: Logger): string {
+  let served: ReturnType<typeof servedAdminToken>;
   try {
-    token = readOrCreateAdminToken(file);
+    served = servedAdminToken(config.admin.token);
   } catch (error) {
     if (!(error instanceof AdminTokenFileError)) throw error;
-    throw new StartupError(`admin.token is not set, and the admin token kept for this user cannot be used: ${error.message}. Set admin.token (e.g. through TOKENGATE_ADMIN_TOKEN) or XDG_STATE_HOME`);
+    throw new StartupError(
+      `admin.token is not set, and the admin token kept for this user cannot be used: ${error.message}. Set admin.token (e.g. through TOKENGATE_ADMIN_TOKEN) or XDG_STATE_HOME`,
+    );
   }
-  log.info({ adminTokenFile: file }, 'admin.token is not set: the admin API requires the token kept in adminTokenFile, where the CLI reads it');
-  return token;
+  if (served.file !== null)
+    log.info({ adminTokenFile: served.file }, 'admin.token is not set: the admin API requires the token kept in adminTokenFile, where the CLI reads it');
+  return served.token;
 }
