@@ -27,7 +27,7 @@ export const ServerSchema = closed({
   trustProxy: Type.Union([Type.Boolean(), Type.Integer({ minimum: 0, maximum: 32 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })], {
     default: false,
     description:
-      'The proxies whose X-Forwarded-For, -Proto and -Host tokengate believes: their addresses and CIDR ranges (`[10.0.0.0/8]`; `loopback`, `linklocal`, `uniquelocal` name those ranges), or the number of proxies every request passes. `false`: none. `true` is refused (it would take the address the client wrote). docs/trust-model.md#trusted-proxies.',
+      'The proxies whose X-Forwarded-For, -Proto and -Host tokengate believes: their addresses and CIDR ranges (`[10.0.0.0/8]`; `loopback`, `linklocal`, `uniquelocal` name those ranges), or the number of proxies every request passes. `false`: none. `true` is refused: it would take the address the client wrote (docs/trust-model.md#trusted-proxies).',
   }),
   bodyLimit: Type.Integer({ minimum: 1024, default: 1_048_576, description: 'Largest request body accepted, in bytes.' }),
   maxHeaderSize: Type.Integer({ minimum: 1024, default: 16_384, description: 'Largest request head accepted, in bytes (larger: 431).' }),
@@ -67,7 +67,7 @@ export const AdminSchema = closed({
   token: Type.String({
     default: '',
     description:
-      'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.',
+      'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`. Empty: `serve` makes one at its first start and keeps it in `$XDG_STATE_HOME/tokengate/admin-token` (mode 0600), where the CLI reads it.',
   }),
   requestTimeoutMs: Milliseconds(
     10_000,
