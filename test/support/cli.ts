@@ -30,7 +30,11 @@ export interface CliResult {
 
 export function runCli(args: string[], options: { stdin?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...CLI, ...args], { cwd: ROOT, env: { ...process.env, XDG_STATE_HOME: testStateHome(), ...options.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...CLI, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, XDG_STATE_HOME: testStateHome(), ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
@@ -124,7 +128,11 @@ export function spawnServe(configFile: string, env: Record<string, string> = {})
 export function serveInTerminal(configFile: string): Promise<string> {
   const command = [process.execPath, ...CLI, 'serve', '--config', configFile].map((part) => `'${part.replace(/'/g, `'\\''`)}'`).join(' ');
   return new Promise((resolvePromise, reject) => {
-    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, env: { ...process.env, XDG_STATE_HOME: testStateHome() }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('script', ['-qfec', command, '/dev/null'], {
+      cwd: ROOT,
+      env: { ...process.env, XDG_STATE_HOME: testStateHome() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     const timer = setTimeout(() => finish(new Error(`tokengate serve did not start in a terminal:\n${output}`)), 30_000);
     const finish = (error?: Error) => {
