@@ -14,7 +14,7 @@ export const FLOORS = [
   ['tracing/'],
   ['observability/'],
   ['store/'],
-  ['client-metadata/', 'dpop/', 'ratelimit/', 'resource/'],
+  ['client-metadata/', 'dpop/', 'identity/', 'ratelimit/', 'resource/'],
   ['context.ts'],
   ['gateway/', 'issuer/', 'admin/', 'decisions/'],
   ['listeners/', 'app.ts', 'load-config.ts', 'serve/', 'cli/', 'main.ts'],

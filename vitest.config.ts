@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { BaseSequencer, type TestSpecification } from 'vitest/node';
 
 /**
  * The tiers of the suite (docs/design.md#test-tiers). `npm test` runs all three; each runs
@@ -13,6 +14,7 @@ export const UNIT = [
   'test/layers.test.ts',
   'test/readme.test.ts',
   'test/request-id.test.ts',
+  'test/signed-identity-config.test.ts',
   'test/token.test.ts',
   'test/properties/config.test.ts',
   'test/properties/dpop.test.ts',
@@ -31,6 +33,7 @@ export const SYSTEM = [
   'test/failover-cluster.test.ts',
   'test/failover-sentinel.test.ts',
   'test/ingress.test.ts',
+  'test/ingress-revocations.test.ts',
   'test/metrics-exemplars-prometheus.test.ts',
   'test/monitoring.test.ts',
   'test/quick-start.test.ts',
@@ -43,13 +46,45 @@ export const SYSTEM = [
   'test/tracing-ingress.test.ts',
 ];
 
+/**
+ * The files that mostly wait on purpose (an install, a soak, outages, windows of paced traffic),
+ * longest first: they start first, so the rest of the suite runs beside their waits instead of
+ * after them. `.ci/run` prints the ten slowest files of each run: keep this list their order.
+ */
+export const WAITING_FIRST = [
+  'test/quick-start.test.ts',
+  'test/tracing-outage.test.ts',
+  'test/chaos-soak.test.ts',
+  'test/rate-limits-cost.test.ts',
+  'test/rate-limits-quotas.test.ts',
+];
+
+/** WAITING_FIRST in its order, then the system tier, the integration tier and the unit tier, each in vitest's own order. */
+class WaitingFirst extends BaseSequencer {
+  override async sort(files: TestSpecification[]): Promise<TestSpecification[]> {
+    const tiers = ['system', 'integration', 'unit'];
+    const rank = (file: TestSpecification) => {
+      const waiting = WAITING_FIRST.findIndex((path) => file.moduleId.endsWith(path));
+      return waiting !== -1 ? waiting : WAITING_FIRST.length + tiers.indexOf(file.project.name);
+    };
+    const ordered = (await super.sort(files)).map((file, order) => ({ file, order, rank: rank(file) }));
+    return ordered.sort((a, b) => a.rank - b.rank || a.order - b.order).map(({ file }) => file);
+  }
+}
+
 export default defineConfig({
   test: {
-    // Tests share one Redis and some start servers and a browser: files run in parallel
-    // across workers, but each test file keys its data under its own prefix.
-    testTimeout: 20_000,
-    hookTimeout: 30_000,
+    // Tests share one Redis and some start servers and a browser: each test file keys its data
+    // under its own prefix and listens on free ports, so files run side by side. Most of the
+    // system tier waits (for a failover, a soak, an install), so more files run at once than
+    // there are cores; four keep two cores busy without starving the timed set-ups.
+    maxWorkers: 4,
+    // A bound for a test that hangs, not a schedule: a test waits for the event it needs, and
+    // on a loaded machine the work before it (a sign-in's scrypt, spawning the CLI) takes longer.
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
     pool: 'forks',
+    sequence: { sequencer: WaitingFirst },
     projects: [
       { extends: true, test: { name: 'unit', include: UNIT } },
       { extends: true, test: { name: 'integration', include: ['test/**/*.test.ts'], exclude: [...UNIT, ...SYSTEM] } },

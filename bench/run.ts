@@ -15,13 +15,16 @@ import {
   bareProxy,
   cacheHit,
   cacheHitAtRate,
+  cacheHitSigned,
   cacheMiss,
+  cacheMissSigned,
   direct,
   directAtRate,
   floor,
   forgedFlood,
   issuance,
   nginxDecisionCache,
+  nginxDecisionCacheRevoking,
   nginxDecisions,
   nginxProxy,
   rateLimitCommands,
@@ -51,9 +54,24 @@ import { ME } from './lib/tokengate-config.js';
  * scenario are measured in turns; a row added to a list is measured in turns with the others.
  */
 const SCENARIOS: Scenario[] = [
-  rowsInTurns('one-core', [direct, floor, bareProxy, nginxProxy, nginxRedis, nginxLru, nginxDecisions, nginxDecisionCache, cacheHit, cacheMiss, clusterMiss]),
+  rowsInTurns('one-core', [
+    direct,
+    floor,
+    bareProxy,
+    nginxProxy,
+    nginxRedis,
+    nginxLru,
+    nginxDecisions,
+    nginxDecisionCache,
+    nginxDecisionCacheRevoking,
+    cacheHit,
+    cacheMiss,
+    clusterMiss,
+  ]),
   // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
   rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
+  // The signed identity, on a tokengate of its own: a cached token (compared with cache-hit) and a cache miss, each signed.
+  rowsInTurns('signed-identity', [cacheHitSigned, cacheMissSigned]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),

@@ -191,6 +191,7 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
   // The spans of the last requests go out before the process ends (within the export timeout).
   await context.tracing?.shutdown();
   await context.clientMetadata?.close();
+  context.identity?.ring.stop();
   await context.cache?.stop();
   await Promise.all(lifecycle.stoppingCaches);
   await ownedStore?.close();

@@ -3,6 +3,7 @@ import { isMetadataClientId } from './client-metadata/client-id.js';
 import type { ClientMetadata } from './client-metadata/index.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import { createDpop, type Dpop } from './dpop/index.js';
+import type { SignedIdentity } from './identity/index.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import { RequestLog } from './observability/requests.js';
 import { leasesFor } from './ratelimit/leases.js';
@@ -37,6 +38,8 @@ export interface TokengateContext {
   readonly requestLog: RequestLog;
   /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
   readonly tracing: Tracing | null;
+  /** The signing keys and the signer of identity assertions (`signedIdentity`); null unless `signedIdentity.enabled`. */
+  readonly identity: SignedIdentity | null;
 }
 
 export interface CreatedContext {
@@ -69,6 +72,10 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
   const tracing = verifiesTokens
     ? await startTracing(config.tracing, process.env, { exported: metrics.traceSpansExported, dropped: metrics.traceSpansDropped }, log)
     : null;
+  // Loaded only when on, like the client metadata documents.
+  const identity = config.signedIdentity.enabled
+    ? await (await import('./identity/index.js')).createSignedIdentity(config, store.backend, tagKeyBytes, log, verifiesTokens)
+    : null;
   const context: TokengateContext = {
     config,
     store: readThrough(cache),
@@ -81,6 +88,7 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     clientMetadata,
     requestLog: new RequestLog(config.logging.requests),
     tracing,
+    identity,
   };
   return { context, cacheFor, readThrough };
 }

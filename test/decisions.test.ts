@@ -12,6 +12,7 @@ import { observationsOf, valueOf } from './support/metrics.js';
 import { runCli, tempConfigs } from './support/cli.js';
 import { acceptsConnections, freePort } from './support/ports.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
+import { eventually } from './support/wait.js';
 
 /**
  * The decision listener on its own, asked the way each ingress asks (raw HTTP, headers exactly
@@ -265,7 +266,9 @@ describe('the decision listener', () => {
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect((await exchange(running.port, 'GET', '/api/public/me', [bearer(token)])).status).toBe(200);
     expect(storeReads.getAccessToken - before).toBe(1);
-    await running.store.tokens.revokeAccessToken(tokenDigest(token));
+    // Revoked through this instance's cache, as its revocation endpoint does (another sidecar's
+    // revocation reaches it through the feed: test/cache-instances.test.ts).
+    await running.tokengate.context.store.tokens.revokeAccessToken(tokenDigest(token));
     for (const endpoint of ENDPOINTS) expect((await decide(endpoint, 'GET', '/api/public/me', [bearer(token)])).status).toBe(401);
   });
 
@@ -369,6 +372,18 @@ describe('decisions an ingress may cache', () => {
     expect(refusals).toEqual([401, 401, 401, 401, 404].map((status) => ({ status, seconds: null, cacheControl: 'no-store' })));
   });
 
+  it('names the token of a reusable decision by its digest, never the token itself, and of no other decision', async () => {
+    const port = Number(new URL(cacheable.decisionsUrl!).port);
+    const token = await cacheable.issue();
+    for (const endpoint of ENDPOINTS) {
+      const reusable = await decide(endpoint, 'GET', '/api/bound', [bearer(token)], port);
+      expect(reusable.header('x-tokengate-token-digest')).toBe(tokenDigest(token));
+      expect(reusable.headers.some(([, value]) => value.includes(token))).toBe(false);
+      for (const target of ['/api/off', '/api/metered'])
+        expect((await decide(endpoint, 'GET', target, [bearer(token)], port)).header('x-tokengate-token-digest')).toBeNull();
+    }
+  });
+
   it('refuses, in tokengate check, a bound on a route whose every request must be checked, naming the key and its line', async () => {
     const configs = tempConfigs();
     try {
@@ -403,6 +418,72 @@ describe('decisions an ingress may cache', () => {
     } finally {
       configs.remove();
     }
+  });
+});
+
+describe('the revocation feed (GET /revocations)', () => {
+  let first: RunningTokengate;
+  let second: RunningTokengate;
+  let port: number;
+  beforeAll(async () => {
+    const config = {
+      decisions: { enabled: true, cacheSeconds: 5 },
+      routes: [
+        { path: '/api/bound', token: 'any', decisionCacheSeconds: 45 },
+        { path: '/api/default', token: 'any' },
+      ],
+    };
+    first = await startTokengate('decisions-feed', { config });
+    second = await startTokengate('decisions-feed-2', { config, sharing: first });
+    port = Number(new URL(first.decisionsUrl!).port);
+  });
+  afterAll(async () => {
+    await second?.close();
+    await first?.close();
+  });
+
+  const poll = (cursor?: string) => exchange(port, 'GET', cursor === undefined ? '/revocations' : `/revocations?after=${encodeURIComponent(cursor)}`);
+  const linesOf = (answer: WireResponse) => answer.body.split('\n').filter(Boolean);
+  const cursorOf = (answer: WireResponse) => /^cursor (\S+)$/m.exec(answer.body)![1]!;
+
+  /** The first answer once the listener hears the store's feed: where to start from. */
+  async function start(): Promise<string> {
+    let answer = await poll();
+    await eventually(async () => (answer = await poll()).status === 200);
+    // Nothing to continue from: the ingress must drop what it keeps. The longest bound of the routes says how long a revoked digest matters.
+    expect(linesOf(answer)).toEqual([`cursor ${cursorOf(answer)}`, 'keep 45', 'reset']);
+    expect(answer.header('cache-control')).toBe('no-store');
+    return cursorOf(answer);
+  }
+
+  it('holds a poll until a token is revoked at any sidecar, and answers with its digest and the next cursor', async () => {
+    const cursor = await start();
+    const token = await first.issue({ userId: 'feed-user' });
+    const held = poll(cursor);
+    // Revoked at the other sidecar, by user: the store resolves it to the token's digest.
+    const revokedAt = Date.now();
+    await second.tokengate.context.store.tokens.revokeUserTokens('feed-user');
+    const answer = await held;
+    expect(Date.now() - revokedAt).toBeLessThan(1_500);
+    expect(linesOf(answer)).toEqual([`cursor ${cursorOf(answer)}`, 'keep 45', `revoked ${tokenDigest(token)}`]);
+    expect(cursorOf(answer)).not.toBe(cursor);
+    // The old cursor is still known (an ingress that reloaded): the same digest again, at once.
+    expect(linesOf(await poll(cursor))).toContain(`revoked ${tokenDigest(token)}`);
+  });
+
+  it('answers a quiet feed after its heartbeat with the same cursor, and any cursor it does not know with a reset', async () => {
+    const cursor = await start();
+    const quiet = await poll(cursor);
+    expect(linesOf(quiet)).toEqual([`cursor ${cursor}`, 'keep 45']);
+    for (const unknown of ['', 'garbage', `${cursor}9`, `other-epoch.0`, `${cursor.split('.')[0]}.-1`]) {
+      expect(linesOf(await poll(unknown))).toEqual([`cursor ${cursor}`, 'keep 45', 'reset']);
+    }
+    // Another sidecar's cursor means nothing here: its epoch is its own.
+    const otherPort = Number(new URL(second.decisionsUrl!).port);
+    const otherCursor = cursorOf(await exchange(otherPort, 'GET', '/revocations'));
+    expect(otherCursor.split('.')[0]).not.toBe(cursor.split('.')[0]);
+    expect(linesOf(await poll(otherCursor))).toContain('reset');
+    expect((await exchange(port, 'POST', '/revocations')).status).toBe(405);
   });
 });
 

@@ -59,7 +59,7 @@ describe('the order of the request path', () => {
     const spelled = [...documentFiles(), ...code].filter((file) => chain.test(readFileSync(join(ROOT, file), 'utf8').replace(/\s+/g, ' ')));
     expect(spelled).toEqual(['src/gateway/check.ts']);
     expect(sectionOf(readDocument('docs/gateway.md'), '## The request path')).toMatch(
-      /1\. \*\*where\*\*[\s\S]*2\. \*\*extract\*\*[\s\S]*3\. \*\*verify\*\*[\s\S]*4\. \*\*prove\*\*[\s\S]*5\. \*\*authorize\*\*[\s\S]*6\. \*\*meter\*\*[\s\S]*7\. \*\*forward\*\*/,
+      /1\. \*\*where\*\*[\s\S]*2\. \*\*extract\*\*[\s\S]*3\. \*\*verify\*\*[\s\S]*4\. \*\*prove\*\*[\s\S]*5\. \*\*authorize\*\*[\s\S]*6\. \*\*meter\*\*[\s\S]*7\. \*\*sign\*\*[\s\S]*8\. \*\*forward\*\*/,
     );
   });
 });

@@ -32,7 +32,7 @@ async function nodeId(node: RedisNode): Promise<string> {
   return String(await node.command('CLUSTER', 'MYID'));
 }
 
-/** Starts moving `slot` from its master to another one, moves `keys` of it, and returns how to finish the move. */
+/** Starts moving `slot` from its master to another one, moves `keys` of it, and returns how to finish the move (every key left moved first). */
 async function migrating(slot: number, keys: string[]): Promise<{ finish(): Promise<void> }> {
   const { cluster } = topology;
   const source = await cluster.masterOfSlot(slot);
@@ -43,7 +43,7 @@ async function migrating(slot: number, keys: string[]): Promise<{ finish(): Prom
   for (const key of keys) await source.command('MIGRATE', '127.0.0.1', target.port, key, 0, 5_000);
   return {
     async finish() {
-      for (const node of [target, source]) await node.command('CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+      await cluster.handOverSlot(slot, source, target);
       await cluster.waitUntilHealthy();
     },
   };

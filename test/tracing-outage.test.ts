@@ -138,8 +138,10 @@ describe('tracing while the collector fails', () => {
       }
       expect(healthy.exported).toBeGreaterThan(0);
       for (const outage of [down, hung, failing]) {
-        // Within the noise of a shared machine: an outage must not make requests wait on exports.
-        expect(outage.medianMs, `${outage.name}: median latency`).toBeLessThan(Math.max(healthy.medianMs * 3, healthy.medianMs + 5));
+        // An outage must not make requests wait on exports: a request waiting on a hung export
+        // would wait its 2 s timeout. The bound leaves room for the other test files running beside
+        // this one, which may load the machine more in one phase than in another.
+        expect(outage.medianMs, `${outage.name}: median latency`).toBeLessThan(Math.max(healthy.medianMs * 3, healthy.medianMs + 20));
         expect(outage.queueFull + outage.exportFailed, `${outage.name}: dropped`).toBeGreaterThan(0);
         expect(outage.exported, `${outage.name}: exported`).toBe(0);
         // The heap grows between collections, a collector or not (20 to 25 MB over four 20 s phases

@@ -8,10 +8,10 @@ import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxDecisions, startNginxPeer, startNginxProxy, startNodeServer, startTokengate, type Tier } from './services.js';
 import { freePort, type Placement } from './processes.js';
-import { ME, ME_CACHED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
+import { ME, ME_CACHED, ME_SIGNED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
-import { createTokenMinter, decodeTagKey, generateTagKey } from '../../src/token/token-value.js';
+import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../../src/token/token-value.js';
 
 /**
  * The rows of `npm run bench`: what each starts (once, shared by the rows that measure the same
@@ -156,6 +156,62 @@ export const nginxDecisionCache: Row = {
   },
 };
 
+/** Revocations of other tokens each second of a window of nginxDecisionCacheRevoking: each reaches nginx through the feed. */
+const REVOCATIONS_PER_SECOND = 100;
+/** Revocations timed at the ingress after that row's last window. */
+const INGRESS_REVOCATION_SAMPLES = 100;
+
+/**
+ * The decision cache row with revocations flowing: in each second of a window after its first,
+ * REVOCATIONS_PER_SECOND tokens nginx holds no decision for are revoked, evenly spread, so the
+ * feed carries their digests to nginx's follower (and tokengate's feed answers each poll). The
+ * same nginx and tokengate as nginxDecisionCache, measured in turns with it. After the last
+ * window, the delay at the ingress: a kept decision's token revoked, then asked for through
+ * nginx until refused.
+ */
+export const nginxDecisionCacheRevoking: Row = {
+  id: 'nginx-decision-cache-revoking',
+  title: `nginx + tokengate decisions, decision cache (cached route), ${REVOCATIONS_PER_SECOND} revocations/s of other tokens`,
+  tier: nginxDecisionCache.tier,
+  async traffic(bench, _tier, windows) {
+    const seconds = windows * bench.settings.windowSeconds;
+    const digests = (await seedUserTokens(bench.redis.store, bench.minter, REVOCATIONS_PER_SECOND * seconds)).map((token) => tokenDigest(token));
+    let next = 0;
+    const revokeNext = () => {
+      const digest = digests[next++ % digests.length]!;
+      void bench.redis.store.tokens.revokeAccessToken(digest).catch((error: unknown) => bench.results.failures.push(`revocation: ${String(error)}`));
+    };
+    return {
+      request: { ...bench.me, path: ME_CACHED },
+      everySecond() {
+        for (let index = 0; index < REVOCATIONS_PER_SECOND; index++) setTimeout(revokeNext, (index * 1000) / REVOCATIONS_PER_SECOND);
+      },
+    };
+  },
+  async finish(bench, tier) {
+    const ask = async (token: string) => {
+      const response = await fetch(`${tier.url}${ME_CACHED}`, { headers: bearer(token) });
+      await response.arrayBuffer();
+      return response.status;
+    };
+    const delays: number[] = [];
+    for (const token of await seedUserTokens(bench.redis.store, bench.minter, INGRESS_REVOCATION_SAMPLES)) {
+      // Kept: asked about once, then answered by nginx.
+      if ((await ask(token)) !== 200 || (await ask(token)) !== 200) throw new Error('nginx refused a fresh token');
+      await bench.redis.store.tokens.revokeAccessToken(tokenDigest(token));
+      const revoked = performance.now();
+      while ((await ask(token)) !== 401) {
+        if (performance.now() - revoked > 5_000) throw new Error('nginx still lets through a token revoked 5 s ago');
+      }
+      delays.push(performance.now() - revoked);
+    }
+    const sorted = Float64Array.from(delays).sort();
+    const figure = `revocation delay at the ingress (nginx decision cache, ${delays.length} kept decisions revoked one after another): p50 ${percentile(sorted, 50).toFixed(1)} ms, p99 ${percentile(sorted, 99).toFixed(1)} ms, max ${sorted.at(-1)!.toFixed(1)} ms`;
+    bench.results.notes.push(figure);
+    progress(figure);
+  },
+};
+
 export const cacheMiss: Row = {
   id: 'cache-miss',
   title: 'tokengate, cache miss',
@@ -171,6 +227,41 @@ export const cacheMiss: Row = {
   async finish(bench, tier) {
     const metrics = await scrapeMetrics(tier.opsUrl!);
     bench.results.memory.cached = { tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN, bytes: residentBytes(mainPid(tier)) };
+  },
+};
+
+// The signed identity: a tokengate of its own (its key refresh reads Redis, which the forged row counts), the route passing one.
+
+function signedIdentityTokengate(bench: Bench): Promise<Tier | string> {
+  return bench.shared('tokengate-signed', () =>
+    startTokengate(bench.group, {
+      name: 'tokengate-signed',
+      placement: 'tier',
+      config: { redisUrl: bench.redis.url, keyPrefix: bench.keyPrefix, tokenTagKey: bench.tagKey, upstreamUrl: bench.upstream.url, signedIdentity: true },
+      nodeFlags: bench.settings.nodeFlags,
+      profileDir: null,
+    }),
+  );
+}
+
+export const cacheHitSigned: Row = {
+  id: 'cache-hit-signed',
+  title: 'tokengate, cached token, signed identity',
+  tier: signedIdentityTokengate,
+  async traffic(bench) {
+    return { request: { ...bench.me, path: ME_SIGNED } };
+  },
+};
+
+export const cacheMissSigned: Row = {
+  id: 'cache-miss-signed',
+  title: 'tokengate, cache miss, signed identity',
+  tier: signedIdentityTokengate,
+  async traffic(bench, _tier, windows) {
+    const perWindow = Math.ceil(bench.settings.missTokens / windows);
+    const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, perWindow * windows));
+    // Each token once: a store read and one signature per request.
+    return { request: { method: 'GET', path: ME_SIGNED, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) }, requestsPerWindow: perWindow };
   },
 };
 

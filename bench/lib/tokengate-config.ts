@@ -22,6 +22,8 @@ export interface BenchConfigOptions {
   rateLimits?: boolean;
   /** Turns tracing on: spans exported to `endpoint`, the share `ratio` of requests recorded. */
   tracing?: { endpoint: string; ratio: number };
+  /** Turns the signed identity on and adds ME_SIGNED, which passes one beside the identity headers. */
+  signedIdentity?: boolean;
 }
 
 /** The route the rows send to, as the ticketing service lays it out (config/tokengate.yaml). */
@@ -30,6 +32,9 @@ export const ME = '/api/public/me';
 export const ME_CACHED = '/api/public/me-cached';
 /** The same route for DPoP-bound tokens only (the DPoP cached-token row). */
 export const DPOP_PATH = '/api/public/me-dpop';
+
+/** The same route with a signed identity for the upstream (the signed-identity rows). */
+export const ME_SIGNED = '/api/public/me-signed';
 
 /** ME behind a policy the load never reaches, and behind one a third of the over-limit row's rate. */
 export const RATE_LIMITED = '/api/public/limited';
@@ -62,7 +67,21 @@ export function tokengateConfigYaml(options: BenchConfigOptions): string {
             { path: OVER_LIMIT, methods: ['GET', 'HEAD'], token: 'user', scopes: ['public'], upstream: options.upstreamUrl, rateLimit: 'over' },
           ]
         : []),
+      ...(options.signedIdentity === true
+        ? [
+            {
+              path: ME_SIGNED,
+              methods: ['GET', 'HEAD'],
+              token: 'user',
+              scopes: ['public'],
+              upstream: options.upstreamUrl,
+              signedIdentity: 'beside',
+              signedIdentityAudience: 'https://api.ticketing.example',
+            },
+          ]
+        : []),
     ],
+    ...(options.signedIdentity === true ? { signedIdentity: { enabled: true } } : {}),
     ...(options.rateLimits === true ? { rateLimits: BENCH_RATE_LIMITS } : {}),
     ...(options.decisionsPort === undefined ? {} : { decisions: { enabled: true, host: '127.0.0.1', port: options.decisionsPort } }),
     ...(options.tracing === undefined ? {} : { tracing: { enabled: true, endpoint: options.tracing.endpoint, samplerRatio: options.tracing.ratio } }),

@@ -11,8 +11,13 @@
  *     user:      GET /api/public/me; GET, POST /api/public/tickets (user tokens)
  *     organizer: GET, POST /api/public/events (application tokens)
  *   HOST (default 127.0.0.1), PORT (default 3000)
+ *   TOKENGATE_JWKS_URL  trust only tokengate's signed identity (routes[].signedIdentity), verified
+ *     against the keys published there, e.g. http://127.0.0.1:8080/.well-known/tokengate-identity-jwks.json;
+ *     with TOKENGATE_ISSUER (its issuer URL), IDENTITY_AUDIENCE (the routes' audience) and
+ *     JWKS_CACHE_SECONDS (no more than signedIdentity.jwksMaxAgeSeconds; default 300).
+ *     This needs `jose` (npm install jose); without it the service trusts the identity headers.
  *
- * Plain node:http and no dependency, so its image is node and this file.
+ * Plain node:http and no dependency (but jose, for the signed identity), so its image is node and this file.
  */
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
@@ -27,6 +32,9 @@ export const IDENTITY_HEADERS = Object.freeze({
   tokenKind: 'x-auth-token-kind',
 });
 const REQUEST_ID_HEADER = 'x-request-id';
+/** The header tokengate's signed identity comes in (signedIdentity.header), and its JOSE type. */
+export const SIGNED_IDENTITY_HEADER = 'x-tokengate-identity';
+const SIGNED_IDENTITY_TYPE = 'tokengate-identity+jwt';
 const BODY_LIMIT = 16 * 1024;
 
 /**
@@ -142,6 +150,34 @@ function identityOf(headers) {
 }
 
 /**
+ * The identity of tokengate's signed assertion, verified against its published keys: signature
+ * by a key of the JWKS (fetched again when an unknown key id arrives, and at least every
+ * `cacheSeconds`), ES256 or EdDSA only, the assertion type, issuer, audience and expiry. A request
+ * without a valid one has no identity, whatever headers it carries.
+ * @param {{ jwksUrl: string, issuer: string, audience: string, cacheSeconds?: number }} options
+ * @returns {Promise<(headers: import('node:http').IncomingHttpHeaders) => Promise<Identity | null>>}
+ */
+export async function createIdentityVerifier({ jwksUrl, issuer, audience, cacheSeconds = 300 }) {
+  const { createRemoteJWKSet, jwtVerify } = await import('jose');
+  // The cache no longer than tokengate's max-age: a new key is published that long before it signs.
+  const keys = createRemoteJWKSet(new URL(jwksUrl), { cacheMaxAge: cacheSeconds * 1000, cooldownDuration: Math.min(30_000, cacheSeconds * 1000) });
+  return async (headers) => {
+    const assertion = headers[SIGNED_IDENTITY_HEADER];
+    if (typeof assertion !== 'string' || assertion === '') return null;
+    try {
+      const { payload } = await jwtVerify(assertion, keys, { issuer, audience, typ: SIGNED_IDENTITY_TYPE, algorithms: ['ES256', 'EdDSA'] });
+      const tokenKind = typeof payload.token_kind === 'string' ? payload.token_kind : null;
+      const clientId = typeof payload.client_id === 'string' ? payload.client_id : null;
+      if (tokenKind === null || clientId === null || typeof payload.sub !== 'string') return null;
+      const scopes = typeof payload.scope === 'string' ? payload.scope.split(' ').filter(Boolean) : [];
+      return { userId: tokenKind === 'user' ? payload.sub : null, clientId, scopes, tokenKind };
+    } catch {
+      return null;
+    }
+  };
+}
+
+/**
  * @param {import('node:http').IncomingMessage} request
  * @returns {Promise<unknown>} the parsed JSON body, undefined without one
  */
@@ -162,10 +198,11 @@ async function readJson(request) {
 }
 
 /**
- * The service as an http.Server, not yet listening.
- * @param {{ api?: ApiName, log?: ((line: string) => void) | null }} [options]
+ * The service as an http.Server, not yet listening. `verifyIdentity`: where the identity comes
+ * from (createIdentityVerifier); unset, the identity headers.
+ * @param {{ api?: ApiName, log?: ((line: string) => void) | null, verifyIdentity?: ((headers: import('node:http').IncomingHttpHeaders) => Promise<Identity | null>) | null }} [options]
  */
-export function createTicketingApi({ api = 'all', log = null } = {}) {
+export function createTicketingApi({ api = 'all', log = null, verifyIdentity = null } = {}) {
   const resources = createResources();
   return createServer(async (request, response) => {
     const url = new URL(request.url ?? '/', 'http://ticketing-api');
@@ -177,7 +214,7 @@ export function createTicketingApi({ api = 'all', log = null } = {}) {
       requestId: single(request.headers[REQUEST_ID_HEADER]),
       headers: request.headers,
     };
-    const identity = identityOf(request.headers);
+    const identity = verifyIdentity === null ? identityOf(request.headers) : await verifyIdentity(request.headers);
     const answer = await answerFor(resources, api, received, identity, request);
     const shownIdentity =
       identity === null ? null : { user_id: identity.userId, client_id: identity.clientId, scopes: identity.scopes, token_kind: identity.tokenKind };
@@ -259,7 +296,17 @@ if (isEntryPoint()) {
   }
   const host = process.env.HOST ?? '127.0.0.1';
   const port = Number(process.env.PORT ?? 3000);
-  const server = createTicketingApi({ api, log: (line) => console.log(line) });
+  const jwksUrl = process.env.TOKENGATE_JWKS_URL;
+  const verifyIdentity =
+    jwksUrl === undefined || jwksUrl === ''
+      ? null
+      : await createIdentityVerifier({
+          jwksUrl,
+          issuer: process.env.TOKENGATE_ISSUER ?? '',
+          audience: process.env.IDENTITY_AUDIENCE ?? '',
+          cacheSeconds: Number(process.env.JWKS_CACHE_SECONDS ?? 300),
+        });
+  const server = createTicketingApi({ api, log: (line) => console.log(line), verifyIdentity });
   server.listen(port, host, () => console.log(`ticketing-api (${api}) listening on http://${host.includes(':') ? `[${host}]` : host}:${port}`));
   // As PID 1 in a container, node ignores signals it has no handler for.
   for (const signal of /** @type {const} */ (['SIGTERM', 'SIGINT'])) {

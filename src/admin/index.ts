@@ -4,6 +4,7 @@ import { jsonErrorHandler } from '../errors.js';
 import { auditAdminCalls, guardAdminRequests } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerClientMetadataRoutes } from './client-metadata.js';
+import { registerKeyRoutes } from './keys.js';
 import { registerTokenRoutes } from './tokens.js';
 import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
@@ -24,6 +25,7 @@ export async function registerAdmin(ops: FastifyInstance, context: TokengateCont
       registerUserRoutes(scope, context);
       registerTokenRoutes(scope, context);
       registerClientMetadataRoutes(scope, context);
+      registerKeyRoutes(scope, context);
     },
     { prefix: ADMIN_PREFIX },
   );

@@ -1,4 +1,5 @@
 import type { ApplicationView } from '../admin/applications.js';
+import type { SigningKeyView } from '../admin/keys.js';
 import type { UserView } from '../admin/users.js';
 import { adminClientFor } from './admin-client.js';
 import { configOption, UsageError, type Command, type OptionValues } from './command.js';
@@ -241,6 +242,34 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       const body = user !== undefined ? { user_id: user } : { client_id: clientId };
       const { revoked } = await client(values).request<{ revoked: number }>('POST', '/tokens/revoke', body);
       print(`Revoked ${revoked} token${revoked === 1 ? '' : 's'} of ${user !== undefined ? `user ${user}` : `application ${clientId}`}.`);
+      return 0;
+    },
+  },
+  'keys rotate': {
+    summary: 'Make a new identity signing key: published at once, signing once every resource service can have fetched it.',
+    usage: 'tokengate keys rotate [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ kid: string; activates_at: string; keys: SigningKeyView[] }>('POST', '/keys/rotate');
+      if (values.json === true) printJson(answer);
+      else print(`Created signing key ${answer.kid}: published now, signing from ${answer.activates_at}.`);
+      return 0;
+    },
+  },
+  'keys list': {
+    summary: 'List the identity signing keys in the store (never their private halves).',
+    usage: 'tokengate keys list [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', '/keys');
+      if (values.json === true) printJson(answer);
+      else
+        print(
+          table(
+            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
+            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
+          ),
+        );
       return 0;
     },
   },

@@ -62,6 +62,7 @@ export function configHash(config: Readonly<Config>): string {
     ...config,
     admin: { ...config.admin, token: secretSet(config.admin.token) },
     issuer: { ...config.issuer, tokenTagKey: secretSet(config.issuer.tokenTagKey) },
+    signedIdentity: { ...config.signedIdentity, keyEncryptionKey: secretSet(config.signedIdentity.keyEncryptionKey) },
     store: {
       ...config.store,
       url: withoutPassword(config.store.url),

@@ -333,6 +333,60 @@ export const ClientMetadataDocumentsSchema = closed({
   }),
 });
 
+export const SignedIdentitySchema = closed({
+  enabled: Type.Boolean({
+    default: false,
+    description:
+      'Keep signing keys in the store and publish them at `/.well-known/tokengate-identity-jwks.json`, so that routes with `signedIdentity` pass the resource service a signed identity it can verify (docs/gateway.md#signed-identity).',
+  }),
+  algorithm: oneOf(
+    ['ES256', 'EdDSA'] as const,
+    'ES256',
+    'Signature algorithm of new keys: `ES256` (ECDSA P-256) or `EdDSA` (Ed25519). Keys already made keep theirs.',
+  ),
+  header: Type.String({
+    minLength: 1,
+    default: 'x-tokengate-identity',
+    description: "Header carrying the signed identity (a compact JWT) to the upstream and in the decision listener's answers.",
+  }),
+  audience: Type.String({
+    default: '',
+    description:
+      'The `aud` of assertions on routes with neither `signedIdentityAudience` nor `resource`. Empty: such a route cannot ask for a signed identity.',
+  }),
+  lifetimeSeconds: Type.Integer({
+    minimum: 10,
+    maximum: 3600,
+    default: 120,
+    description: "How long an assertion is valid (its `exp`; never past the token's own expiry). It is signed again when a quarter of this is left.",
+  }),
+  maxBytes: Type.Integer({
+    minimum: 256,
+    maximum: 8192,
+    default: 1024,
+    description: "Largest assertion allowed: a config whose routes could produce a larger one is refused (upstream servers limit a header's size).",
+  }),
+  jwksMaxAgeSeconds: Seconds(
+    300,
+    'How long resource services may keep the JWKS (its `Cache-Control: max-age`); a new key is published longer than this before it signs.',
+    1,
+  ),
+  keyRefreshSeconds: Seconds(
+    10,
+    'How often each sidecar reads the signing keys from the store again (and rotates them when `rotationIntervalSeconds` is due).',
+    1,
+  ),
+  rotationIntervalSeconds: Seconds(
+    2_592_000,
+    'Make a new signing key when the newest is this old (30 days by default). 0: only by hand (`tokengate keys rotate`).',
+  ),
+  keyEncryptionKey: Type.String({
+    default: '',
+    description:
+      'base64url key of 32 bytes that encrypts the private signing keys in the store. Give it through the environment. Empty: derived from the token tag key (then a copy of the store holds both, unless `issuer.tokenTagKey` is set outside it).',
+  }),
+});
+
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
@@ -384,6 +438,18 @@ export const RouteSchema = Type.Object(
         minimum: 0,
         description:
           "How long an ingress may reuse the decision listener's 200 for the same request and credential (never beyond the token's expiry), marked `X-Tokengate-Cache-Seconds`; a revoked token then reaches this route through that ingress for up to this long. 0: never. Not with `rateLimit` or `dpop: required`. Unset: `decisions.cacheSeconds`.",
+      }),
+    ),
+    signedIdentity: Type.Optional(
+      Type.Union([Type.Literal('beside'), Type.Literal('instead')], {
+        description:
+          "Pass the upstream (and an ingress, in the decision listener's answers) a signed identity in `signedIdentity.header`: `beside` the identity headers, or `instead` of them. Needs `signedIdentity.enabled`. Unset: none.",
+      }),
+    ),
+    signedIdentityAudience: Type.Optional(
+      Type.String({
+        minLength: 1,
+        description: "The `aud` of this route's signed identity. Unset: the route's `resource`, else `signedIdentity.audience`.",
       }),
     ),
     allowQueryTokenThroughIngress: Type.Boolean({
@@ -492,6 +558,7 @@ export const ConfigSchema = Type.Object(
     gateway: GatewaySchema,
     decisions: DecisionsSchema,
     dpop: DpopSchema,
+    signedIdentity: SignedIdentitySchema,
     clientMetadataDocuments: ClientMetadataDocumentsSchema,
     resources: Type.Array(ResourceSchema, {
       default: [],
@@ -522,5 +589,6 @@ export type TracingConfig = Static<typeof TracingSchema>;
 export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;
+export type SignedIdentityConfig = Static<typeof SignedIdentitySchema>;
 export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
 export type ClientMetadataAllowConfig = Static<typeof ClientMetadataAllowSchema>;

@@ -9,7 +9,8 @@ import { nextRequestId } from '../observability/request-id.js';
 import { RouteRequests, UNROUTED } from '../observability/requests.js';
 import type { RequestTrace } from '../tracing/index.js';
 import { originalRequestReader } from './original-request.js';
-import { CACHE_SECONDS_HEADER, reusableSeconds } from './reuse.js';
+import { tokenDigest } from '../token/token-value.js';
+import { CACHE_SECONDS_HEADER, reusableSeconds, TOKEN_DIGEST_HEADER } from './reuse.js';
 
 /** The answer body in a header: nginx drops the body of an auth answer, and its error_page can send this instead. */
 const BODY_HEADER = 'x-tokengate-error-body';
@@ -34,6 +35,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   const log = context.log.child({ listener: 'decisions' });
   const requestIdHeader = config.gateway.requestIdHeader.toLowerCase();
   const userIdHeader = config.gateway.identityHeaders.userId.toLowerCase();
+  const identityHeader = config.signedIdentity.header.toLowerCase();
   const requestsOf = requestsByRoute(context);
   const readOriginalRequest = originalRequestReader(context.metrics, requestsOf(UNROUTED));
   const refusalHeaders = keptRefusalHeaders();
@@ -83,9 +85,15 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     // Every identity header, empty when it does not apply: an ingress that copies only the
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
+    if (checked.assertion !== null) {
+      // `instead`: the identity headers go out empty, for the same reason.
+      if (route.signedIdentity?.instead === true)
+        for (let index = 1; index < headers.length; index += 2) if (headers[index - 1] !== requestIdHeader) headers[index] = '';
+      headers.push(identityHeader, checked.assertion);
+    }
     checked.admission?.appendFields(headers);
     const reusable = reusableSeconds(route, checked, request.headers.dpop);
-    if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable));
+    if (reusable > 0) headers.push(CACHE_SECONDS_HEADER, String(reusable), TOKEN_DIGEST_HEADER, tokenDigest(checked.credential.token));
     // The check's span, for an ingress that puts it on the request it forwards (the resource service's spans then hang under it).
     trace?.answerWith(headers);
     headers.push('cache-control', 'no-store', 'content-length', '0');

@@ -12,6 +12,13 @@ import type { GatewayRoute } from '../gateway/route-table.js';
 export const CACHE_SECONDS_HEADER = 'x-tokengate-cache-seconds';
 
 /**
+ * Beside the mark, the token's digest (SHA-256, base64url: the store's key and what the
+ * revocation feed names, ./revocations.ts), never the token: an ingress that keeps the decision
+ * keeps the digest with it, and drops the decision when the feed names it.
+ */
+export const TOKEN_DIGEST_HEADER = 'x-tokengate-token-digest';
+
+/**
  * How many whole seconds an ingress may reuse an admitting decision: the route's bound, never
  * past the token's expiry (floored, so a reused decision never outlives the token), and 0 for a
  * decision each request must get: one a rate limit metered, and any request with a `DPoP`

@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { TokengateContext } from '../context.js';
+import { TOO_LARGE } from '../identity/index.js';
 import { checkResourceProof, needsProofStep, type ProofSubject } from '../dpop/resource-proof.js';
 import { normalizePath, PathRefusal } from '../http/path.js';
 import { isAudience } from '../resource/audience.js';
@@ -21,10 +22,12 @@ import { verifyToken, type VerificationFailure } from './verify-token.js';
  *   where (normalize the path, match a route, check the method) -> extract the one credential
  *   -> verify the token -> prove (DPoP, for DPoP requests, bound tokens and DPoP routes only)
  *   -> authorize the route's resource, token kind and scopes -> meter (rate limits)
+ *   -> sign (the identity assertion, on routes that ask for one)
  *
- * Only four steps may have to wait: reading a body that can carry the token, reading the
+ * Only five steps may have to wait: reading a body that can carry the token, reading the
  * store on a cache miss, checking a DPoP proof (its signature, and its replay mark in the
- * shared store), and a rate limit lease when the sidecar holds no permit. A step that waits
+ * shared store), a rate limit lease when the sidecar holds no permit, and signing an identity
+ * assertion when none is held for the token, audience and key. A step that waits
  * hands its result on with .then; one that does not calls the next directly, so a cached token
  * in a header is checked without a single promise.
  */
@@ -42,6 +45,8 @@ export interface Checked {
   readonly token: VerifiedToken;
   /** The rate limit bucket that admitted the request (its RateLimit fields go on the answer); null on a route without a policy. */
   readonly admission: Bucket | null;
+  /** The signed identity (a compact JWT) for the upstream; null on a route without `signedIdentity`. */
+  readonly assertion: string | null;
 }
 
 export function isDenial(outcome: object): outcome is Denial {
@@ -62,7 +67,7 @@ export function locate<Target>(table: RouteTable<Target>, method: string, target
 }
 
 /**
- * 1-5. extract -> verify -> prove -> authorize -> meter. `body`: the request body where it may
+ * 1-6. extract -> verify -> prove -> authorize -> meter -> sign. `body`: the request body where it may
  * carry the token, else null. `subject`: the request as the client made it (method, scheme, host,
  * target), read only by the DPoP step.
  */
@@ -107,15 +112,17 @@ function prove<Target>(
   trace: RequestTrace | null,
 ): Checked | Denial | Promise<Checked | Denial> {
   if (typeof token === 'string') return route.denials[token];
-  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(route, credential, token, trace);
+  if (!needsProofStep(route.requireDpop, credential, token)) return authorize(context, route, credential, token, trace);
   trace?.set('tokengate.dpop', credential.scheme === 'dpop');
   const refusal = checkResourceProof(context.dpop, route.requireDpop, credential, token, subject, trace);
-  if (refusal instanceof Promise) return refusal.then((proven) => (proven === null ? authorize(route, credential, token, trace) : route.denials[proven]));
-  return refusal === null ? authorize(route, credential, token, trace) : route.denials[refusal];
+  if (refusal instanceof Promise)
+    return refusal.then((proven) => (proven === null ? authorize(context, route, credential, token, trace) : route.denials[proven]));
+  return refusal === null ? authorize(context, route, credential, token, trace) : route.denials[refusal];
 }
 
 // 4. authorize: the route's resource (tokens for another resource are invalid here), then its token kind and scopes.
 function authorize<Target>(
+  context: TokengateContext,
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken,
@@ -124,11 +131,12 @@ function authorize<Target>(
   if (route.resource !== null && !isAudience(token.audience, route.resource)) return route.denials.wrong_audience;
   const refusal = authorizeRoute(route, token);
   if (refusal !== null) return route.denials[refusal];
-  return route.rateLimit === null ? { credential, token, admission: null } : meter(route, route.rateLimit, credential, token, trace);
+  return route.rateLimit === null ? sign(context, route, credential, token, null) : meter(context, route, route.rateLimit, credential, token, trace);
 }
 
 // 5. meter: a permit of the route's (or the application's tier's) rate limit policy.
 function meter<Target>(
+  context: TokengateContext,
   route: GatewayRoute<Target>,
   limit: RouteRateLimit,
   credential: Credential,
@@ -141,24 +149,25 @@ function meter<Target>(
     const waited = trace?.child('tokengate.ratelimit.lease') ?? null;
     return admitted.then((outcome) => {
       waited?.end();
-      return metered(route, credential, token, outcome, trace);
+      return metered(context, route, credential, token, outcome, trace);
     });
   }
-  return metered(route, credential, token, admitted, trace);
+  return metered(context, route, credential, token, admitted, trace);
 }
 
 function metered<Target>(
+  context: TokengateContext,
   route: GatewayRoute<Target>,
   credential: Credential,
   token: VerifiedToken,
   outcome: Bucket | RateRefusal,
   trace: RequestTrace | null,
-): Checked | Denial {
+): Checked | Denial | Promise<Checked | Denial> {
   if (trace !== null && trace.recording) {
     trace.set('tokengate.ratelimit.policy', outcome.policy.name);
     trace.set('tokengate.ratelimit.outcome', outcome instanceof Bucket ? 'admitted' : outcome.refusal);
   }
-  if (outcome instanceof Bucket) return { credential, token, admission: outcome };
+  if (outcome instanceof Bucket) return sign(context, route, credential, token, outcome);
   // The route's compiled 429, with the fields of this refusal: when to come back, and the policy's.
   const denial = route.denials[outcome.refusal];
   return {
@@ -170,4 +179,29 @@ function metered<Target>(
       ratelimit: outcome.policy.remainingHeader(0),
     },
   };
+}
+
+// 6. sign: the identity assertion held for the token, the route's audience and the signing key, or a new one (src/identity/).
+function sign<Target>(
+  context: TokengateContext,
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  admission: Bucket | null,
+): Checked | Denial | Promise<Checked | Denial> {
+  const wanted = route.signedIdentity;
+  if (wanted === null || context.identity === null) return { credential, token, admission, assertion: null };
+  const assertion = context.identity.signer.assertion(token, wanted.audience);
+  if (assertion instanceof Promise) return assertion.then((signed) => signedCheck(route, credential, token, admission, signed));
+  return signedCheck(route, credential, token, admission, assertion);
+}
+
+function signedCheck<Target>(
+  route: GatewayRoute<Target>,
+  credential: Credential,
+  token: VerifiedToken,
+  admission: Bucket | null,
+  assertion: string | typeof TOO_LARGE,
+): Checked | Denial {
+  return assertion === TOO_LARGE ? route.denials.identity_too_large : { credential, token, admission, assertion };
 }

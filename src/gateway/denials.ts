@@ -158,6 +158,7 @@ export const DENIALS = {
   quota_exceeded: { code: 'QUOTA_EXCEEDED', challenge: 'none', outcome: 'denied' },
   wrong_token_kind: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
   insufficient_scope: { code: 'INSUFFICIENT_SCOPE', challenge: 'error', outcome: 'denied' },
+  identity_too_large: { code: 'INTERNAL', challenge: 'none', outcome: 'failed' },
   upstream_unreachable: { code: 'UPSTREAM_UNAVAILABLE', challenge: 'none', outcome: 'failed', only: 'gateway' },
   upstream_timeout: { code: 'UPSTREAM_TIMEOUT', challenge: 'none', outcome: 'failed', only: 'gateway' },
 } as const satisfies Record<string, DenialSpec>;

@@ -42,6 +42,9 @@ export interface Forwarder {
     credential: Credential,
     token: VerifiedToken,
     admission: Bucket | null,
+    /** The signed identity for the upstream, or null; `identityHeaders`: false where it goes instead of them. */
+    assertion: string | null,
+    identityHeaders: boolean,
   ): void;
   /**
    * After a reload: closes the pools of the origins `routes` no longer forward to, each once its
@@ -91,6 +94,8 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
     credential: Credential,
     token: VerifiedToken,
     admission: Bucket | null,
+    assertion: string | null,
+    identityHeaders: boolean,
   ): void {
     reply.hijack();
     const raw = request.raw;
@@ -109,7 +114,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       // The client held its body back until the check passed (Expect: 100-continue): now it may send it.
       if (isAwaitingContinue(raw)) response.writeContinue();
     }
-    const headers = rules.request(raw, token, request.id, bodyLength);
+    const headers = rules.request(raw, token, request.id, bodyLength, assertion, identityHeaders);
     // A recorded request's upstream call is its client span, whose context the upstream receives; any other forwards the client's as it came.
     const upstreamSpan = request.trace?.upstream(method, target.url, headers) ?? null;
     const handler = new ForwardHandler(request, reply, target, token, admission, rules, requestIdHeader, upstreamSpan);

@@ -39,7 +39,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
   await app.register(async function gateway(scope) {
     const { server, gateway } = context.config;
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
-    const rules = compileHeaderRules(gateway, proxyTrust(server.trustProxy));
+    const rules = compileHeaderRules(gateway, proxyTrust(server.trustProxy), context.config.signedIdentity.header);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
     routes = compiledRoutes(context, rules, forwarder);
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);
@@ -121,12 +121,14 @@ function gatewayHandler(
     return undefined;
   }
 
-  // 6. forward: to the upstream of the token's kind, with identity headers and without the credential.
+  // 7. forward: to the upstream of the token's kind, with identity headers and without the credential.
   function forward(request: FastifyRequest, reply: FastifyReply, located: Located<ForwardTarget>, checked: Checked | Denial): undefined {
     if (isDenial(checked)) return refuse(request, reply, checked);
-    const target = located.route.targets[checked.token.kind]!;
-    if (isUpgrade(request)) forwardUpgrade(request, reply, target, located.path, checked.credential, checked.token);
-    else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token, checked.admission);
+    const { route } = located;
+    const target = route.targets[checked.token.kind]!;
+    const identityHeaders = route.signedIdentity === null || !route.signedIdentity.instead;
+    if (isUpgrade(request)) forwardUpgrade(request, reply, target, located.path, checked.credential, checked.token, checked.assertion, identityHeaders);
+    else forwarder.forward(request, reply, target, located.path, checked.credential, checked.token, checked.admission, checked.assertion, identityHeaders);
     return undefined;
   }
 
@@ -141,8 +143,8 @@ function gatewayHandler(
     if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
     if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
 
-    // 1-5. The checks: one credential, a valid token, its DPoP proof where one is due, the
-    // route's resource, kind and scopes, a rate limit permit.
+    // 1-6. The checks: one credential, a valid token, its DPoP proof where one is due, the
+    // route's resource, kind and scopes, a rate limit permit, the signed identity where the route asks.
     // The fastify request is the DPoP subject: its protocol and host follow server.trustProxy, read only for DPoP.
     const checked = check(context, located, raw, (request.body as Readable | undefined) ?? null, server.bodyLimit, request, trace);
     if (checked instanceof Promise) return checked.then((outcome) => forward(request, reply, located, outcome) ?? reply);

@@ -5,6 +5,7 @@ import { UNROUTED, type RouteRequests } from '../observability/requests.js';
 import type { TokenKind } from '../token/kinds.js';
 import { PATH_REFUSALS, type PathRefusal } from '../http/path.js';
 import { metadataUrl } from '../resource/identifier.js';
+import { routeAudience } from '../identity/index.js';
 import type { RateLimiter, RouteRateLimit } from '../ratelimit/limiter.js';
 import type { CounterSlot, HistogramSlot } from '../observability/slot-metrics.js';
 import { compileRouteDenials, compileUnroutedDenials, UNCOUNTED, type Denial, type RouteDenialReason, type UnroutedDenials } from './denials.js';
@@ -40,12 +41,21 @@ export interface GatewayRoute<Target> {
   readonly decisionDuration: HistogramSlot;
   /** How long an ingress may reuse an admitting decision of this route, in seconds (config decisionCacheSeconds); 0: never. */
   readonly decisionCacheSeconds: number;
+  /** The signed identity the route passes on (config `signedIdentity`); null: none. */
+  readonly signedIdentity: RouteSignedIdentity | null;
   /**
    * The same route as the decision listener applies it. An ingress passes no body to the check,
    * and forwards the query exactly as the client sent it, token included: a query token only
    * with allowQueryTokenThroughIngress, a body token never.
    */
   readonly throughIngress: GatewayRoute<Target>;
+}
+
+export interface RouteSignedIdentity {
+  /** The assertion's `aud`. */
+  readonly audience: string;
+  /** `instead`: the assertion alone, without the identity headers. */
+  readonly instead: boolean;
 }
 
 export interface RouteTable<Target> {
@@ -105,6 +115,11 @@ export function compileRouteTable<Target>(
     const methods = new Set(route.methods);
     const cacheSeconds = decisionCacheSeconds(route, config.decisions);
     const forwarded = targets.user !== null || targets.application !== null;
+    const audience = routeAudience(route, config.signedIdentity);
+    const signedIdentity =
+      route.signedIdentity === undefined || !config.signedIdentity.enabled || audience === null
+        ? null
+        : { audience, instead: route.signedIdentity === 'instead' };
     // Both views have the same fields in the same order, so the check sees one object shape.
     const view = (allowQueryToken: boolean, allowBodyToken: boolean): Mutable<GatewayRoute<Target>> => ({
       prefix,
@@ -125,6 +140,7 @@ export function compileRouteTable<Target>(
       decisionAllowed,
       decisionDuration,
       decisionCacheSeconds: cacheSeconds,
+      signedIdentity,
       throughIngress: null as unknown as GatewayRoute<Target>, // set below, once both views exist
     });
     const throughIngress = view(route.allowQueryToken && route.allowQueryTokenThroughIngress, false);

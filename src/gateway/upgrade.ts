@@ -31,6 +31,8 @@ export type UpgradeForwarder = (
   path: string,
   credential: Credential,
   token: VerifiedToken,
+  assertion: string | null,
+  identityHeaders: boolean,
 ) => void;
 
 /**
@@ -59,9 +61,9 @@ export function handleUpgrades(scope: FastifyInstance, rules: HeaderRules, reque
     done();
   });
 
-  return function forwardUpgrade(request, reply, target, path, credential, token) {
+  return function forwardUpgrade(request, reply, target, path, credential, token, assertion, identityHeaders) {
     const client = (request.raw as UpgradingRequest)[kUpgrade]!;
-    const headers = headerObject(rules.request(request.raw, token, request.id, null));
+    const headers = headerObject(rules.request(request.raw, token, request.id, null, assertion, identityHeaders));
     headers.connection = 'Upgrade';
     headers.upgrade = request.headers.upgrade;
     const outgoing = (target.url.protocol === 'https:' ? httpsRequest : httpRequest)({

@@ -22,17 +22,29 @@ export interface HeaderRules {
    * the forwarding headers, then the client's own fields without the credential, any spelling
    * of the identity headers, untrusted forwarding headers and hop-by-hop fields. `bodyLength`:
    * the length of a body the gateway re-encoded; null when no body is forwarded; undefined when
-   * the client's body streams through with its own framing.
+   * the client's body streams through with its own framing. `assertion`: the signed identity, sent
+   * first; `identityHeaders`: false on a route that sends it instead of them.
    */
-  request(request: IncomingMessage, token: VerifiedToken, requestId: string, bodyLength: number | null | undefined): string[];
+  request(
+    request: IncomingMessage,
+    token: VerifiedToken,
+    requestId: string,
+    bodyLength: number | null | undefined,
+    assertion?: string | null,
+    identityHeaders?: boolean,
+  ): string[];
   /** The upstream's response headers for the client: without hop-by-hop fields, with the request id. */
   response(rawHeaders: ReadonlyArray<Buffer | string>, requestId: string): string[];
   /** The identity headers alone (the decision listener answers with them). */
   identity(token: VerifiedToken, requestId: string): string[];
 }
 
-/** `trust`: the proxies server.trustProxy names (null: none), whose forwarding headers are passed on. */
-export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | null): HeaderRules {
+/**
+ * `trust`: the proxies server.trustProxy names (null: none), whose forwarding headers are passed
+ * on. `assertionHeader`: the signed identity's header (`signedIdentity.header`), which no client
+ * may send on, whether the feature is on or not.
+ */
+export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | null, assertionHeader: string): HeaderRules {
   const requestIdHeader = gateway.requestIdHeader.toLowerCase();
   const userIdHeader = gateway.identityHeaders.userId.toLowerCase();
   const clientIdHeader = gateway.identityHeaders.clientId.toLowerCase();
@@ -41,7 +53,8 @@ export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | n
   // Everything a client may not send on: identity headers and, unless a trusted proxy sent the
   // request, forwarding headers, in every spelling; CGI-style servers read "x_auth_user_id" as
   // "x-auth-user-id".
-  const identityNames = [userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader];
+  const identityHeader = assertionHeader.toLowerCase();
+  const identityNames = [userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, identityHeader];
   const spoofableFromProxy = new Set(identityNames);
   const spoofableFromClient = new Set([...identityNames, ...FORWARDING]);
   const alwaysDropped = [
@@ -69,8 +82,9 @@ export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | n
   return {
     identity,
 
-    request(request, token, requestId, bodyLength) {
-      const headers = identity(token, requestId);
+    request(request, token, requestId, bodyLength, assertion = null, identityHeaders = true) {
+      const headers = identityHeaders ? identity(token, requestId) : [requestIdHeader, requestId];
+      if (assertion !== null) headers.unshift(identityHeader, assertion);
       const inbound = request.headers;
       const peer = request.socket.remoteAddress ?? '';
       const fromProxy = trust !== null && trust(peer, 0);

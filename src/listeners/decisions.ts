@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TokengateContext } from '../context.js';
 import { createDecisionHandler } from '../decisions/index.js';
+import { ingressRevocations, REVOCATIONS_ENDPOINT } from '../decisions/revocations.js';
 import type { GatewayRoutes } from '../gateway/index.js';
 import { createListenerGuard } from './guard.js';
 import { publicLimits } from './public.js';
@@ -32,7 +33,14 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
   const { config } = context;
   // The public listener's limits: timeouts, connection caps, and node's own refusals answered in order.
   const guard = createListenerGuard('decisions', publicLimits(config, ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']), context.metrics);
-  const server = createServer(guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }).http, createDecisionHandler(context, gateway));
+  const decide = createDecisionHandler(context, gateway);
+  // What was revoked, for an ingress that keeps decisions; the store's revocation feed, followed
+  // on a subscription of its own. The config is read when asked: a reload changes the routes' bounds.
+  const revocations = ingressRevocations(context.store.tokens, () => context.config);
+  const server = createServer(guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }).http, (request, response) => {
+    if (isRevocationsPoll(request.url!)) revocations.answer(request, response);
+    else decide(request, response);
+  });
   server.keepAliveTimeout = DECISION_KEEP_ALIVE_MS;
   guard.attachServer(server);
   return {
@@ -48,6 +56,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
       });
     },
     async close() {
+      // The polls held are answered now (503): the ingress stops keeping decisions until another answers.
+      await revocations.close();
       if (!server.listening) return;
       // Keep-alive connections whose check was in flight when close() started become idle later.
       const idleSweep = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
@@ -58,4 +68,8 @@ export function createDecisionListener(context: TokengateContext, gateway: Gatew
       }
     },
   };
+}
+
+function isRevocationsPoll(url: string): boolean {
+  return url.startsWith(REVOCATIONS_ENDPOINT) && (url.length === REVOCATIONS_ENDPOINT.length || url.charCodeAt(REVOCATIONS_ENDPOINT.length) === 0x3f);
 }

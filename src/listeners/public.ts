@@ -8,6 +8,7 @@ import { fastifyLogger } from '../observability/logger.js';
 import { nextRequestId } from '../observability/request-id.js';
 import { observeRequests } from '../observability/requests.js';
 import { registerResourceMetadata } from '../resource/metadata-endpoint.js';
+import { registerJwks } from '../identity/jwks-endpoint.js';
 import { createListenerGuard, type ListenerLimits } from './guard.js';
 import { answerUnrouted } from './unrouted.js';
 
@@ -55,6 +56,8 @@ export async function routePublicListener(app: FastifyInstance, context: Tokenga
   }
   // The resources' metadata (RFC 9728) is the resource side's: served with or without the issuer.
   await registerResourceMetadata(app, context);
+  // The keys that sign identity assertions, for the resource services to verify them.
+  if (context.identity !== null) await registerJwks(app, context.identity, context);
   return registerGateway(app, context);
 }
 

@@ -279,6 +279,31 @@ export class LocalRedisCluster {
   }
 
   /**
+   * Ends a slot's migration from `source` to `target` as `redis-cli --cluster reshard` does:
+   * moves every key still left in the slot, then assigns the slot to `target` on the target and
+   * the source, and waits until every running node names `target` as its master. A master refuses
+   * to give away a slot while it holds keys of it unless gossip already told it of the new owner,
+   * so handing it over with keys left behind passes or fails by gossip's timing.
+   */
+  async handOverSlot(slot: number, source: RedisNode, target: RedisNode): Promise<void> {
+    for (;;) {
+      const keys = (await source.command('CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[];
+      if (keys.length === 0) break;
+      await source.command('MIGRATE', '127.0.0.1', target.port, '', 0, 5_000, 'KEYS', ...keys);
+    }
+    const targetId = String(await target.command('CLUSTER', 'MYID'));
+    for (const node of [target, source]) await node.command('CLUSTER', 'SETSLOT', slot, 'NODE', targetId);
+    await waitFor(`every node to see slot ${slot} served by port ${target.port}`, async () => {
+      for (const node of this.nodes.filter((each) => each.running)) {
+        const ranges = (await node.command('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number]]>;
+        const range = ranges.find(([from, to]) => slot >= from && slot <= to);
+        if (range === undefined || Number(range[2][1]) !== target.port) return false;
+      }
+      return true;
+    });
+  }
+
+  /**
    * Every running node says cluster_state:ok, every slot is served by a running master, and
    * every running replica's link to its master is up: a cluster a test may start from.
    */

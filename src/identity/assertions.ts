@@ -1,0 +1,99 @@
+import { SignJWT } from 'jose';
+import type { VerifiedToken } from '../store/verified-token.js';
+import type { KeyRing } from './key-ring.js';
+
+/** The JOSE `typ` of an identity assertion (RFC 8725 section 3.11): a verifier can tell it from any other JWT signed by a key it trusts. */
+export const ASSERTION_TYPE = 'tokengate-identity+jwt';
+
+/** An assertion that would be larger than `signedIdentity.maxBytes` (a user id longer than the config check assumed). */
+export const TOO_LARGE = Symbol('identity assertion too large');
+
+/** One assertion held for one token and audience, and the key that signed it. */
+interface HeldAssertion {
+  readonly kid: string;
+  /** The compact JWT; '' while it is being signed. */
+  value: string | typeof TOO_LARGE;
+  /** Epoch ms from which the next request gets a new one. */
+  renewAt: number;
+  /** The signature in flight, which concurrent requests join. */
+  pending: Promise<string | typeof TOO_LARGE> | null;
+}
+
+export interface SignerSettings {
+  readonly issuer: string;
+  readonly lifetimeSeconds: number;
+  readonly maxBytes: number;
+}
+
+/**
+ * Signs each token's identity once, not per request. An assertion is held with the verified
+ * token the cache holds (a WeakMap keyed by that very entry), per audience, with the id of the
+ * key that signed it: a request gets the held one while its key is the one signing now and it
+ * is not near its expiry. So an assertion leaves with its token's cache entry: a revoked token
+ * is dropped from the cache, its next request reads the store, finds nothing (401) and never
+ * reaches this step; and a rotation gets a new assertion under the new key at the first request
+ * after the switch, never one a resource service could not match to a published key.
+ *
+ * Without the token cache (`cache.enabled: false`) every request verifies a new object, so every
+ * request is signed.
+ */
+export class AssertionSigner {
+  private readonly held = new WeakMap<VerifiedToken, Map<string, HeldAssertion>>();
+  /** Re-signed this long before its expiry, so an assertion handed out has at least this long to live. */
+  private readonly renewBeforeMs: number;
+
+  constructor(
+    private readonly ring: KeyRing,
+    private readonly settings: SignerSettings,
+  ) {
+    this.renewBeforeMs = Math.ceil(settings.lifetimeSeconds / 4) * 1000;
+  }
+
+  /** The assertion of `token` for `audience`: held, or being signed (a promise). */
+  assertion(token: VerifiedToken, audience: string): string | typeof TOO_LARGE | Promise<string | typeof TOO_LARGE> {
+    const now = Date.now();
+    const key = this.ring.signingKey(now);
+    let byAudience = this.held.get(token);
+    const held = byAudience?.get(audience);
+    if (held !== undefined && held.kid === key.kid) {
+      if (held.pending !== null) return held.pending;
+      if (now < held.renewAt) return held.value;
+    }
+    if (byAudience === undefined) {
+      byAudience = new Map();
+      this.held.set(token, byAudience);
+    }
+    const signing: HeldAssertion = { kid: key.kid, value: '', renewAt: 0, pending: null };
+    signing.pending = this.sign(token, audience, now, signing);
+    byAudience.set(audience, signing);
+    return signing.pending;
+  }
+
+  private async sign(token: VerifiedToken, audience: string, now: number, into: HeldAssertion): Promise<string | typeof TOO_LARGE> {
+    const key = this.ring.signingKey(now);
+    const issuedAt = Math.floor(now / 1000);
+    const tokenEnds = Math.floor(token.expiresAt / 1000);
+    // Never valid longer than the token it speaks for.
+    const expires = Math.min(issuedAt + this.settings.lifetimeSeconds, tokenEnds);
+    const claims: Record<string, unknown> = {
+      iss: this.settings.issuer,
+      aud: audience,
+      sub: token.userId ?? token.clientId,
+      client_id: token.clientId,
+      token_kind: token.kind,
+      scope: token.scope,
+      iat: issuedAt,
+      exp: expires,
+    };
+    if (token.jkt !== undefined && token.jkt !== null) claims.cnf = { jkt: token.jkt };
+    try {
+      const jwt = await new SignJWT(claims).setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ASSERTION_TYPE }).sign(key.privateKey);
+      into.value = jwt.length > this.settings.maxBytes ? TOO_LARGE : jwt;
+      // One that ends with its token is never renewed: the token ends then too.
+      into.renewAt = expires === tokenEnds ? Infinity : expires * 1000 - this.renewBeforeMs;
+      return into.value;
+    } finally {
+      into.pending = null;
+    }
+  }
+}
