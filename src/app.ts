@@ -29,6 +29,11 @@ export interface BuildOptions {
    */
   serves?: Serves;
   workers?: WorkerReports;
+  /**
+   * The admin token when the config sets none: the one `tokengate serve` keeps in its file
+   * (src/admin/credential.ts). Without either, the admin API refuses every call.
+   */
+  adminToken?: string;
 }
 
 export interface Tokengate {
@@ -62,7 +67,8 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
   const serves = options.serves ?? 'both';
   const store = options.store ?? (await openStore(config.store, log));
   const created = await createContext(config, store, log, serves !== 'ops');
-  const listeners = await buildListeners(created.context, serves, options.workers);
+  const adminToken = config.admin.token !== '' ? config.admin.token : (options.adminToken ?? '');
+  const listeners = await buildListeners(created.context, serves, adminToken, options.workers);
   const lifecycle: Lifecycle = { closed: false, stoppingCaches: [] };
   const reload = wireReload(created, listeners, lifecycle);
   return {
@@ -91,10 +97,10 @@ interface Lifecycle {
 }
 
 /** Both fastify listeners exist in every process; only the sides it serves get their routes. */
-async function buildListeners(context: TokengateContext, serves: Serves, workers: WorkerReports | undefined): Promise<Listeners> {
+async function buildListeners(context: TokengateContext, serves: Serves, adminToken: string, workers: WorkerReports | undefined): Promise<Listeners> {
   const app = createPublicListener(context);
   const ops = createOpsListener(context);
-  if (serves !== 'public') await routeOpsListener(ops, context, workers);
+  if (serves !== 'public') await routeOpsListener(ops, context, adminToken, workers);
   const gatewayRoutes = serves !== 'ops' ? await routePublicListener(app, context) : null;
   // The decision listener shares the gateway's route table and header rules (one compile, one reload).
   const decisions = gatewayRoutes !== null && context.config.decisions.enabled ? createDecisionListener(context, gatewayRoutes) : null;

@@ -131,6 +131,7 @@ export const ERRORS = {
   UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
+  ADMIN_FORBIDDEN: { status: 403, error: 'forbidden', description: 'The admin API does not answer this request, whatever its token.' },
   CONFLICT: { status: 409, error: 'conflict', description: 'The resource already exists.' },
   RESOURCE_NOT_FOUND: { status: 404, error: 'not_found', description: 'The requested resource does not exist.' },
   INTERNAL: { status: 500, error: 'server_error', description: 'The server encountered an unexpected condition.' },

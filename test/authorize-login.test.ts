@@ -41,7 +41,10 @@ describe('login throttle', () => {
   let sidecar: RunningTokengate;
 
   beforeAll(async () => {
-    const settings = { server: { trustProxy: true }, issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } } };
+    const settings = {
+      server: { trustProxy: ['loopback'] },
+      issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } },
+    };
     issuer = await startTokengate('throttle', { config: settings });
     // A second sidecar on the same store: the counts are shared.
     sidecar = await startTokengate('throttle-sidecar', { sharing: issuer, config: settings });
@@ -94,6 +97,48 @@ describe('login throttle', () => {
     expect(keys).toContain(`${issuer.prefix}counter:login-address:10.3.0.1`);
     expect(keys.some((key) => key.includes('@'))).toBe(false);
   });
+});
+
+describe('login throttle: which address counts', () => {
+  // The documented default: 20 failed sign-ins per address in the window, then 429.
+  const PER_ADDRESS = 20;
+  let direct: RunningTokengate;
+  let behindProxy: RunningTokengate;
+
+  beforeAll(async () => {
+    // Clients reach it straight: X-Forwarded-For is what they wrote, never their address.
+    direct = await startTokengate('throttle-direct', { config: { server: { trustProxy: ['192.0.2.0/24'] } } });
+    // A proxy on the loopback appends each client's address: the address is the one it wrote.
+    behindProxy = await startTokengate('throttle-proxied', { config: { server: { trustProxy: ['loopback'] } } });
+    for (const running of [direct, behindProxy]) await running.store.applications.put(application());
+  });
+
+  afterAll(async () => {
+    await direct?.close();
+    await behindProxy?.close();
+  });
+
+  /** 25 failed sign-ins, each for another account, the n-th with the X-Forwarded-For `forwardedFor(n)`: the statuses. */
+  async function failures(running: RunningTokengate, forwardedFor: (attempt: number) => string): Promise<number[]> {
+    const statuses: number[] = [];
+    for (let attempt = 1; attempt <= PER_ADDRESS + 5; attempt += 1) {
+      const response = await attemptLogin(from(running, forwardedFor(attempt)), `guess-${attempt}@example.com`, 'wrong');
+      statuses.push(response.status);
+    }
+    return statuses;
+  }
+
+  it('counts the connection, not the X-Forwarded-For a client writes: another address in it each time is throttled after 20 all the same', async () => {
+    const statuses = await failures(direct, (attempt) => `198.51.100.${attempt}`);
+    expect(statuses).toEqual([...Array<number>(PER_ADDRESS).fill(200), 429, 429, 429, 429, 429]);
+  }, 180_000);
+
+  it('counts an IPv6 client by its /64: 25 addresses of one network, named by a trusted proxy, are throttled after 20', async () => {
+    const statuses = await failures(behindProxy, (attempt) => `2001:db8:7:1:${attempt.toString(16)}::${attempt}`);
+    expect(statuses).toEqual([...Array<number>(PER_ADDRESS).fill(200), 429, 429, 429, 429, 429]);
+    // Another /64 is another client.
+    expectIncorrect(await attemptLogin(from(behindProxy, '2001:db8:7:2::1'), 'other@example.com', 'wrong'));
+  }, 180_000);
 });
 
 /** The ticketing service's credential check, as a real HTTP server: behaviour chosen by e-mail. */
@@ -158,7 +203,7 @@ describe('http user source', () => {
     users = await startUserService();
     issuer = await startTokengate('http-users', {
       config: {
-        server: { trustProxy: true },
+        server: { trustProxy: ['loopback'] },
         issuer: {
           users: { source: 'http', url: users.url, timeoutMs: 300 },
           loginThrottle: { maxAttemptsPerAccount: 2, maxAttemptsPerAddress: 100, windowSeconds: 60 },

@@ -24,7 +24,7 @@ let issuer: RunningTokengate;
 beforeAll(async () => {
   issuer = await startTokengate('authorize', {
     config: {
-      server: { trustProxy: true },
+      server: { trustProxy: ['loopback'] },
       issuer: {
         scopes: ['public', 'organizer'],
         scopeDescriptions: { public: 'See your profile and manage your tickets' },

@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { runCli, serveInTerminal, spawnServe, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { runCli, serveInTerminal, spawnServe, startServe, tempConfigs, testStateHome, type ServeProcess } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
 import { freePort } from './support/ports.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
@@ -105,6 +105,36 @@ describe('tokengate serve', () => {
     expect(printed).toMatch(/^\s+publicUrl: "http:\/\/127\.0\.0\.1:\d+"\r?$/m);
     expect(printed).not.toContain('{"level"');
   });
+
+  it('without admin.token, makes the admin token at its first start and keeps it where the CLI of the same user finds it', async () => {
+    const adminPort = await freePort();
+    const file = configs.write(
+      `server:\n  host: 127.0.0.1\n  port: 0\nadmin:\n  port: ${adminPort}\nlogging:\n  level: info\nissuer:\n  issuerUrl: http://localhost:8080\n`,
+    );
+    serve = await startServe(file);
+    const kept = join(testStateHome(), 'tokengate', 'admin-token');
+    expect(
+      JSON.parse(
+        serve
+          .output()
+          .split('\n')
+          .find((line) => line.includes('"adminTokenFile"'))!,
+      ),
+    ).toMatchObject({ adminTokenFile: kept });
+    expect(statSync(kept).mode & 0o777).toBe(0o600);
+    const token = readFileSync(kept, 'utf8').trim();
+    expect(serve.output()).not.toContain(token);
+    expect((await fetch(`${serve.opsUrl}/admin/users`)).status).toBe(401);
+    const listed = await runCli(['apps', 'list', '--config', file], { env: { TOKENGATE_CONFIG: '' } });
+    expect([listed.code, listed.stdout, listed.stderr]).toEqual([0, 'No applications.\n', '']);
+    // Another user (here: another state directory) has no token of this instance: one line says where none was found.
+    const elsewhere = configs.write('');
+    const stranger = await runCli(['apps', 'list', '--config', file], { env: { TOKENGATE_CONFIG: '', XDG_STATE_HOME: dirname(elsewhere) } });
+    expect(stranger.code).toBe(1);
+    expect(stranger.stderr).toBe(
+      `tokengate: ${file} sets no admin.token, and there is no admin token at ${join(dirname(elsewhere), 'tokengate', 'admin-token')}: tokengate serve makes it there at its first start without admin.token (as this user), or set admin.token (e.g. through TOKENGATE_ADMIN_TOKEN)\n`,
+    );
+  }, 60_000);
 
   it('serves /healthz on the ops listener and stops cleanly on SIGTERM', async () => {
     serve = await startServe(configs.write(LISTEN_ON_FREE_PORTS));

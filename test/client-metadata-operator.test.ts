@@ -15,7 +15,7 @@ import {
   type TestCa,
   type TestDns,
 } from './support/client-metadata.js';
-import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { adminFetch, startTokengate, TEST_ADMIN_TOKEN, type RunningTokengate } from './support/instance.js';
 
 /**
  * The operator's side of client ID metadata documents: the list through the admin API and the
@@ -47,10 +47,7 @@ function publish(clientId: string): string {
 }
 
 function admin(instance: RunningTokengate, method: string, path: string, body?: unknown): Promise<Response> {
-  return fetch(`${instance.opsUrl}/admin${path}`, {
-    method,
-    ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
-  });
+  return adminFetch(instance, path, { method, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
 }
 
 beforeAll(async () => {
@@ -142,7 +139,7 @@ describe('the list through the admin API', () => {
 describe('tokengate client-metadata', () => {
   it('allows, lists and disallows; tokens revoke takes a client id URL', async () => {
     const config = join(directory, 'tokengate.yaml');
-    writeFileSync(config, `admin:\n  host: 127.0.0.1\n  port: ${new URL(running.opsUrl).port}\nlogging:\n  level: silent\n`);
+    writeFileSync(config, `admin:\n  host: 127.0.0.1\n  port: ${new URL(running.opsUrl).port}\n  token: ${TEST_ADMIN_TOKEN}\nlogging:\n  level: silent\n`);
     const cli = (...args: string[]) => runCli([...args, '--config', config], { env: { TOKENGATE_CONFIG: '' } });
     const prefix = `${origin('prefix.test')}/clients/`;
     const allowed = await cli('client-metadata', 'allow', prefix, '--dpop', 'required');

@@ -112,6 +112,27 @@ describe('config loading', () => {
     expect(parseConfig('admin:\n  host: 0.0.0.0\n  token: ${T}\n', 't.yaml', { T: 'a-long-enough-admin-token' }).admin.host).toBe('0.0.0.0');
   });
 
+  it('refuses server.trustProxy: true, naming the key, the file and why; takes a hop count or a list of addresses and ranges', () => {
+    expect(() => parseConfig('server:\n  trustProxy: true\n', 'proxied.yaml', {})).toThrow(
+      /^proxied\.yaml has 1 problem:\n {2}- server\.trustProxy \(line 2\): true is refused: .*leftmost, which the client writes itself/,
+    );
+    // An environment variable says "true" too.
+    expect(problemsOf('server:\n  trustProxy: ${TRUST}\n', { TRUST: 'true' })).toEqual([
+      { path: 'server.trustProxy', line: 2, message: expect.stringContaining('true is refused') },
+    ]);
+    expect(problemsOf('server:\n  trustProxy: [10.0.0.0/8, not-an-address, 10.0.0.0/99]\n')).toEqual([
+      { path: 'server.trustProxy[1]', line: 2, message: expect.stringContaining('expected an IP address, a CIDR range') },
+      { path: 'server.trustProxy[2]', line: 2, message: expect.stringContaining('expected an IP address, a CIDR range') },
+    ]);
+    expect(parseConfig('server:\n  trustProxy: 2\n', 't.yaml', {}).server.trustProxy).toBe(2);
+    expect(parseConfig('server:\n  trustProxy: [10.0.0.0/8, "2001:db8::/32", loopback]\n', 't.yaml', {}).server.trustProxy).toEqual([
+      '10.0.0.0/8',
+      '2001:db8::/32',
+      'loopback',
+    ]);
+    expect(parseConfig('server:\n  trustProxy: false\n', 't.yaml', {}).server.trustProxy).toBe(false);
+  });
+
   it('checks routes at load time: upstream URLs, non-canonical prefixes, duplicates, per-kind upstreams', () => {
     const problems = problemsOf(`routes:
   - path: /api/public/me

@@ -8,7 +8,7 @@ import { tokenDigest } from '../src/token/token-value.js';
 import { caddyfile, nginxConf, nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { caddyCommand, exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
-import { startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { adminFetch, startTokengate, registerApplication, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { authorizePath, createUser, FormClient, formFields } from './support/issuer.js';
 import { freePort } from './support/ports.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
@@ -45,7 +45,7 @@ function routes(upstreamUrl: string) {
 beforeAll(async () => {
   upstream = await startUpstream();
   const port = await freePort();
-  const config = { server: { trustProxy: true }, issuer: { issuerUrl: `http://127.0.0.1:${port}` }, routes: routes(upstream.url) };
+  const config = { server: { trustProxy: ['loopback'] }, issuer: { issuerUrl: `http://127.0.0.1:${port}` }, routes: routes(upstream.url) };
   first = await startTokengate('dpop', { port, config });
   second = await startTokengate('dpop-second', { sharing: first, config });
   const issuer = new URL(first.baseUrl);
@@ -296,9 +296,8 @@ describe('the issuer', () => {
 
   it('issues only DPoP-bound tokens to an application set to dpop: required (admin API)', async () => {
     const application = await registerApplication(first.store);
-    const patched = await fetch(`${first.opsUrl}/admin/applications/${application.clientId}`, {
+    const patched = await adminFetch(first, `/applications/${application.clientId}`, {
       method: 'PATCH',
-      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ dpop: 'required' }),
     });
     expect(patched.status).toBe(200);
@@ -310,9 +309,8 @@ describe('the issuer', () => {
     });
     expect(bearer.status).toBe(400);
     expect(await bearer.json()).toMatchObject({ error: 'invalid_dpop_proof' });
-    const invalid = await fetch(`${first.opsUrl}/admin/applications/${application.clientId}`, {
+    const invalid = await adminFetch(first, `/applications/${application.clientId}`, {
       method: 'PATCH',
-      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ dpop: 'sometimes' }),
     });
     expect(invalid.status).toBe(400);

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDemoApp } from '../examples/demo/demo-app.mjs';
 import { IDENTITY_HEADERS, createTicketingApi } from '../examples/ticketing-api/server.mjs';
 import { APPLICATION_TOKEN, closeServer } from './support/gateway.js';
-import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { startTokengate, TEST_ADMIN_TOKEN, type RunningTokengate } from './support/instance.js';
 import { FormClient, application } from './support/issuer.js';
 import { freePort } from './support/ports.js';
 
@@ -141,7 +141,7 @@ describe('examples/demo: the demo application', () => {
     issuer = await startTokengate('example-demo-app', { port, config: { issuer: { issuerUrl: `http://127.0.0.1:${port}` } } });
     const demoPort = await freePort();
     const callbackUrl = `http://127.0.0.1:${demoPort}/callback`;
-    demo = createDemoApp({ callbackUrl, publicUrl: issuer.baseUrl, opsUrl: issuer.opsUrl });
+    demo = createDemoApp({ callbackUrl, publicUrl: issuer.baseUrl, opsUrl: issuer.opsUrl, adminToken: TEST_ADMIN_TOKEN });
     demoUrl = await listen(demo, demoPort);
     await issuer.store.applications.put(application({ clientId, name: 'Fan <app>', secretDigest: null, confidential: false, redirectUris: [callbackUrl] }));
     await issuer.store.applications.put(application({ clientId: 'confidential-one', name: 'Box office', redirectUris: [callbackUrl] }));

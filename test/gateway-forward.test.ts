@@ -239,22 +239,44 @@ describe('identity and forwarding headers', () => {
     expect(received.headers.host).toBe(new URL(userApi.url).host);
   });
 
-  it('appends to X-Forwarded-For and keeps X-Forwarded-Proto/-Host when server.trustProxy is on', async () => {
-    const trusting = await startTokengate('gateway-trust', {
-      config: { server: { trustProxy: true }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] },
-    });
-    try {
-      const token = await trusting.issue();
-      const response = await fetch(`${trusting.baseUrl}/api/x`, {
-        headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.9', 'x-forwarded-proto': 'https', 'x-forwarded-host': 'api.example.com' },
+  it('passes on only what the proxies server.trustProxy names wrote: by address, by hop count, and nothing from a peer it does not name', async () => {
+    // A client wrote 198.51.100.1 itself; the proxies in front appended the rest, the nearest last.
+    const sent = {
+      'x-forwarded-for': '198.51.100.1, 203.0.113.9, 10.0.0.2',
+      'x-forwarded-proto': 'https',
+      'x-forwarded-host': 'api.example.com',
+      'x-real-ip': '198.51.100.1',
+    };
+    const fromProxy = { proto: 'https', host: 'api.example.com', realIp: '198.51.100.1' };
+    const cases: Array<{ trustProxy: unknown; forwardedFor: string; proto: string; host: string | null; realIp: string | undefined }> = [
+      // The peer (127.0.0.1) is a named proxy; 10.0.0.2, which it says sent the request, is not: the client.
+      { trustProxy: ['loopback'], forwardedFor: '10.0.0.2, 127.0.0.1', ...fromProxy },
+      { trustProxy: ['127.0.0.1', '10.0.0.0/8'], forwardedFor: '203.0.113.9, 10.0.0.2, 127.0.0.1', ...fromProxy },
+      // Two proxies in front: the peer and the one before it.
+      { trustProxy: 2, forwardedFor: '203.0.113.9, 10.0.0.2, 127.0.0.1', ...fromProxy },
+      // The peer is none of the named proxies: every forwarding header is the client's, replaced (host null: the request's own Host).
+      { trustProxy: ['192.0.2.0/24'], forwardedFor: '127.0.0.1', proto: 'http', host: null, realIp: undefined },
+    ];
+    for (const { trustProxy, ...expected } of cases) {
+      const trusting = await startTokengate('gateway-trust', {
+        config: { server: { trustProxy }, routes: [{ path: '/api', token: 'user', upstream: userApi.url }] },
       });
-      expect(response.status).toBe(200);
-      const received = lastReceived();
-      expect(received.headers['x-forwarded-for']).toBe('203.0.113.9, 127.0.0.1');
-      expect(received.headers['x-forwarded-proto']).toBe('https');
-      expect(received.headers['x-forwarded-host']).toBe('api.example.com');
-    } finally {
-      await trusting.close();
+      try {
+        const token = await trusting.issue();
+        expect((await fetch(`${trusting.baseUrl}/api/x`, { headers: { authorization: `Bearer ${token}`, ...sent } })).status).toBe(200);
+        const received = lastReceived().headers;
+        expect(
+          {
+            forwardedFor: received['x-forwarded-for'],
+            proto: received['x-forwarded-proto'],
+            host: received['x-forwarded-host'],
+            realIp: received['x-real-ip'],
+          },
+          JSON.stringify(trustProxy),
+        ).toEqual({ ...expected, host: expected.host ?? new URL(trusting.baseUrl).host });
+      } finally {
+        await trusting.close();
+      }
     }
   });
 

@@ -9,7 +9,7 @@ import type { OAuthClientInformationMixed, OAuthTokens } from '@modelcontextprot
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
 import { closeServer, startUpstream, type Upstream } from './support/gateway.js';
-import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { adminFetch, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { FormClient, createUser, signInAndApprove } from './support/issuer.js';
 import { freePort } from './support/ports.js';
 
@@ -263,9 +263,8 @@ describe('an MCP client (@modelcontextprotocol/sdk) and an MCP server behind a t
       expect((await connected.callTool({ name: 'my-tickets', arguments: {} })).content).toEqual([{ type: 'text', text: 'tickets of user-fan' }]);
 
       // The operator revokes every token of the client, by its client id (the URL).
-      const revoked = await fetch(`${running.opsUrl}/admin/tokens/revoke`, {
+      const revoked = await adminFetch(running, '/tokens/revoke', {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ client_id: clientMetadataUrl }),
       });
       // Both grants' tokens: the first access token and its spent refresh token (kept to catch a replay), the refreshed pair.

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
@@ -24,8 +25,14 @@ const DEMO_PORTS = [3000, 3001, 3002, 8080, 9090];
 const CHROMIUM = process.env.TOKENGATE_TEST_CHROMIUM ?? '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
 
-/** A shell with nothing of the test's environment but what a user's terminal has. */
-const SHELL_ENV = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? tmpdir(), LANG: 'C.UTF-8' };
+/**
+ * A shell with nothing of the test's environment but what a user's terminal has, and a state
+ * directory of its own (XDG_STATE_HOME), where tokengate keeps the admin token it makes and the
+ * CLI finds it, instead of the tester's home.
+ */
+const STATE_HOME = mkdtempSync(join(tmpdir(), 'tokengate-quick-start-state-'));
+const SHELL_ENV = { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: process.env.HOME ?? tmpdir(), LANG: 'C.UTF-8', XDG_STATE_HOME: STATE_HOME };
+const ADMIN_TOKEN_FILE = join(STATE_HOME, 'tokengate', 'admin-token');
 
 /**
  * Runs commands one after the other in one bash, as a user types them in one terminal, and
@@ -97,6 +104,7 @@ describe('README: Quick start', () => {
     await browser?.close();
     if (demo !== undefined) await stopDemo(demo);
     if (fresh !== undefined) rmSync(fresh, { recursive: true, force: true });
+    rmSync(STATE_HOME, { recursive: true, force: true });
   }, 60_000);
 
   it('has only commands this test runs, and npm test (which CI runs)', () => {
@@ -114,7 +122,13 @@ describe('README: Quick start', () => {
     demo = await startDemo(fresh);
     outputs = await runCommands(COMMANDS.slice(demoAt + 1), fresh);
 
-    const registered = (await (await fetch('http://127.0.0.1:9090/admin/applications')).json()) as {
+    // The admin API asked the CLI for the token tokengate made at its start, kept where only its user reads it.
+    expect((await fetch('http://127.0.0.1:9090/admin/applications')).status).toBe(401);
+    expect(statSync(ADMIN_TOKEN_FILE).mode & 0o777).toBe(0o600);
+    expect(statSync(join(STATE_HOME, 'tokengate')).mode & 0o777).toBe(0o700);
+    const adminToken = readFileSync(ADMIN_TOKEN_FILE, 'utf8').trim();
+    const listed = await fetch('http://127.0.0.1:9090/admin/applications', { headers: { authorization: `Bearer ${adminToken}` } });
+    const registered = (await listed.json()) as {
       applications: Array<{ client_id: string; name: string; confidential: boolean }>;
     };
     const boxOffice = registered.applications.find((application) => application.name === 'Box office')!;

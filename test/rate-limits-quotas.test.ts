@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MemoryStore } from '../src/store/memory.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
-import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
+import { adminFetch, registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 
 /**
  * A quota is spent only by admitted requests: an application that sends a burst of concurrent
@@ -49,7 +49,7 @@ async function send(sidecar: RunningTokengate, token: string): Promise<number> {
 }
 
 async function quotaLeft(sidecar: RunningTokengate, clientId: string, policy: string): Promise<number | null> {
-  const answer = await fetch(`${sidecar.opsUrl}/admin/applications/${encodeURIComponent(clientId)}/rate-limit`);
+  const answer = await adminFetch(sidecar, `/applications/${encodeURIComponent(clientId)}/rate-limit`);
   const { budgets } = (await answer.json()) as { budgets: Array<{ policy: string; quota_left: number | null }> };
   return budgets.find((budget) => budget.policy === policy)?.quota_left ?? null;
 }

@@ -5,7 +5,7 @@ import { MemoryStore } from '../src/store/memory.js';
 import type { RedisStore } from '../src/store/redis.js';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange } from './support/ingress.js';
-import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
+import { adminFetch, registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
 import { accessLines, captureLog } from './support/log.js';
 import { valueOf } from './support/metrics.js';
 import { startClusterTopology } from './support/topologies.js';
@@ -110,7 +110,7 @@ describe('a rate limited route', () => {
     expect(refused.headers.get('ratelimit-policy')).toBe('"quota";q=100;w=1, "quota-hour";q=4;w=3600');
     // Nothing more gets through, however it is asked.
     expect(await statuses('/api/quota', token, 5)).toEqual([429, 429, 429, 429, 429]);
-    const budget = await fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}/rate-limit`);
+    const budget = await adminFetch(running, `/applications/${encodeURIComponent(clientId)}/rate-limit`);
     const { budgets } = (await budget.json()) as { budgets: Array<{ policy: string; quota_left: number | null }> };
     expect(budgets.find((entry) => entry.policy === 'quota')?.quota_left).toBe(0);
   });
@@ -165,9 +165,8 @@ describe('tiers', () => {
     expect(await statuses('/api/tight', token, 4)).toEqual([200, 200, 200, 429]);
     expect((await getFrom(other, '/api/tight', token)).status).toBe(429);
     const patch = (rate_limit: string | null) =>
-      fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}`, {
+      adminFetch(running, `/applications/${encodeURIComponent(clientId)}`, {
         method: 'PATCH',
-        headers: { 'content-type': 'application/json' },
         body: JSON.stringify({ rate_limit }),
       });
     const updated = await patch('gold');
@@ -183,9 +182,8 @@ describe('tiers', () => {
 
   it('refuses a tier the config does not define, naming the ones it does', async () => {
     const { clientId } = await applicationToken();
-    const answer = await fetch(`${running.opsUrl}/admin/applications/${encodeURIComponent(clientId)}`, {
+    const answer = await adminFetch(running, `/applications/${encodeURIComponent(clientId)}`, {
       method: 'PATCH',
-      headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ rate_limit: 'platinum' }),
     });
     expect(answer.status).toBe(400);

@@ -1,9 +1,10 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { workerCount } from '../src/serve/worker-count.js';
 import { generateTagKey } from '../src/token/token-value.js';
-import { runCli, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { runCli, startServe, tempConfigs, testStateHome, type ServeProcess } from './support/cli.js';
 import { startUpstream, storeUserToken, type Upstream } from './support/gateway.js';
 import { deletePrefix, REDIS_URL, uniquePrefix } from './support/redis.js';
 import { callerTraceparent, startCollector } from './support/otlp.js';
@@ -94,6 +95,18 @@ describe('server.workers', () => {
       expect(metrics).toMatch(/^tokengate_gateway_requests_total\{route="\/api\/public\/me",outcome="forwarded",reason="ok"\} 40$/m);
       expect(metrics).toMatch(/^tokengate_store_up 1$/m);
       expect(metrics).toMatch(/^process_resident_memory_bytes \d+/m);
+
+      // No admin.token: the primary, which alone serves the admin API, made one token for the group.
+      const kept = join(testStateHome(), 'tokengate', 'admin-token');
+      expect(
+        serve
+          .output()
+          .split('\n')
+          .filter((line) => line.includes('"adminTokenFile"')),
+      ).toHaveLength(1);
+      expect((await fetch(`${serve.opsUrl}/admin/users`)).status).toBe(401);
+      const token = readFileSync(kept, 'utf8').trim();
+      expect((await fetch(`${serve.opsUrl}/admin/users`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
     },
     STARTS,
   );

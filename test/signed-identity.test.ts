@@ -8,7 +8,7 @@ import { memoryKeySetStore, redisKeySetStore } from '../src/identity/key-set-sto
 import { JWKS_PATH } from '../src/identity/jwks-endpoint.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { APPLICATION_TOKEN, closeServer } from './support/gateway.js';
-import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { adminFetch, startTokengate, TEST_ADMIN_TOKEN, type RunningTokengate } from './support/instance.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
 import { runCli, tempConfigs } from './support/cli.js';
 import { eventually } from './support/wait.js';
@@ -236,7 +236,7 @@ describe('a resource service verifying the signed identity behind four sidecars 
 
     const rotations: string[] = [];
     for (const by of [sidecars[1]!, sidecars[2]!]) {
-      const rotated = await fetch(`${by.opsUrl}/admin/keys/rotate`, { method: 'POST' });
+      const rotated = await adminFetch(by, '/keys/rotate', { method: 'POST' });
       expect(rotated.status).toBe(200);
       const { kid, activates_at: activatesAt } = (await rotated.json()) as { kid: string; activates_at: string };
       rotations.push(kid);
@@ -273,7 +273,7 @@ describe('the tokengate command', () => {
   it('keys rotate and keys list call the admin API of the running instance; check refuses a bad algorithm by its key', async () => {
     const instance = await startTokengate('identity-cli', { config: { signedIdentity: { enabled: true } } });
     try {
-      const file = configs.write(`admin:\n  host: 127.0.0.1\n  port: ${new URL(instance.opsUrl).port}\n`);
+      const file = configs.write(`admin:\n  host: 127.0.0.1\n  port: ${new URL(instance.opsUrl).port}\n  token: ${TEST_ADMIN_TOKEN}\n`);
       const before = instance.tokengate.context.identity!.ring.describe();
       const rotated = await runCli(['keys', 'rotate', '--config', file]);
       expect(rotated.code).toBe(0);

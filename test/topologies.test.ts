@@ -10,6 +10,7 @@ import { tokenDigest } from '../src/token/token-value.js';
 import { createTestCa } from './support/client-metadata.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import {
+  adminFetch,
   basicAuthorization,
   issueAuthorizationCode,
   postForm,
@@ -80,7 +81,7 @@ describe.each([
 
   beforeAll(async () => {
     const config = {
-      server: { trustProxy: true },
+      server: { trustProxy: ['loopback'] },
       routes: [{ path: ROUTE, methods: ['GET'], token: 'any', scopes: ['public'], upstream: upstream.url }],
     };
     first = await startTokengate('topology-flows', { topology: topology(), config });
@@ -144,7 +145,7 @@ describe.each([
     const issued = await tokens(second, doomed, { grant_type: 'client_credentials' });
     expect((await gateway(first, issued.body.access_token)).status).toBe(200);
     expect((await first.store.applications.list()).map((each) => each.clientId)).toContain(doomed.clientId);
-    const deleted = await fetch(`${second.opsUrl}/admin/applications/${doomed.clientId}`, { method: 'DELETE' });
+    const deleted = await adminFetch(second, `/applications/${doomed.clientId}`, { method: 'DELETE' });
     expect(await deleted.json()).toEqual({ client_id: doomed.clientId, deleted: true });
     for (const sidecar of [first, second]) await eventually(async () => (await gateway(sidecar, issued.body.access_token)).status === 401);
     expect((await first.store.applications.list()).map((each) => each.clientId)).not.toContain(doomed.clientId);

@@ -8,6 +8,7 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -48,19 +49,22 @@ async function listen(server, port, what) {
 }
 
 /**
- * Starts `tokengate serve` and resolves with its listeners once it logs that it listens. Its
- * log lines (JSON) pass through to this terminal.
- * @returns {Promise<{ child: import('node:child_process').ChildProcess, publicUrl: string, opsUrl: string, issuerUrl: string }>}
+ * Starts `tokengate serve` and resolves with its listeners once it logs that it listens, and
+ * with the admin token: TOKENGATE_ADMIN_TOKEN when set, or the one tokengate keeps in the file
+ * it logs (`adminTokenFile`). Its log lines (JSON) pass through to this terminal.
+ * @returns {Promise<{ child: import('node:child_process').ChildProcess, publicUrl: string, opsUrl: string, issuerUrl: string, adminToken: string }>}
  */
 function startTokengate() {
   const child = spawn(process.execPath, [join(ROOT, 'dist/main.js'), 'serve', '--config', CONFIG], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+  let adminToken = process.env.TOKENGATE_ADMIN_TOKEN ?? '';
   return new Promise((resolve, reject) => {
     const lines = createInterface({ input: /** @type {import('node:stream').Readable} */ (child.stdout) });
     lines.on('line', (line) => {
       process.stdout.write(`${line}\n`);
+      if (line.includes('"adminTokenFile"')) adminToken = readFileSync(JSON.parse(line).adminTokenFile, 'utf8').trim();
       if (!line.includes('"tokengate listening"')) return;
       const { publicUrl, opsUrl, issuerUrl } = JSON.parse(line);
-      resolve({ child, publicUrl, opsUrl, issuerUrl });
+      resolve({ child, publicUrl, opsUrl, issuerUrl, adminToken });
     });
     child.once('exit', (code) => reject(new Error(`tokengate serve exited with status ${code} before it listened (its message is above)`)));
   });
@@ -99,7 +103,7 @@ async function main() {
       callbackUrl: CALLBACK_URL,
       publicUrl: started.publicUrl,
       opsUrl: started.opsUrl,
-      adminToken: process.env.TOKENGATE_ADMIN_TOKEN ?? '',
+      adminToken: started.adminToken,
     });
     servers.push(demo);
     await listen(demo, DEMO_PORT, 'the demo application');

@@ -7,6 +7,7 @@ import { clientSecretDigest } from '../issuer/client-auth.js';
 import { resourceRegistry } from '../resource/registry.js';
 import { deleteApplicationAndTokens } from '../store/deletions.js';
 import type { ApplicationRecord } from '../store/store.js';
+import { recordAdminChange } from './admin-auth.js';
 import { readApplicationInput, readApplicationPatch } from './validate.js';
 
 /** An application as the admin API shows it: never its secret, not even the digest. */
@@ -57,7 +58,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       ...(input.resources.length > 0 ? { resources: input.resources } : {}),
     };
     await context.store.applications.put(application);
-    request.log.info({ clientId: application.clientId, confidential: application.confidential }, 'application created');
+    recordAdminChange(request, { action: 'application created', clientId: application.clientId, confidential: application.confidential });
     // The only time the secret is shown: the store keeps its digest alone.
     const { client_id, ...rest } = view(application);
     return reply.code(201).send({ client_id, ...(clientSecret === null ? {} : { client_secret: clientSecret }), ...rest });
@@ -75,7 +76,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const updated: ApplicationRecord = { ...application, ...patch };
     await context.store.applications.put(updated);
-    request.log.info({ clientId, fields: Object.keys(patch) }, 'application updated');
+    recordAdminChange(request, { action: 'application updated', clientId, fields: Object.keys(patch) });
     return view(updated);
   });
 
@@ -96,7 +97,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
     if (!(await deleteApplicationAndTokens(context.store, clientId))) {
       throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     }
-    request.log.info({ clientId }, 'application deleted, its tokens revoked');
+    recordAdminChange(request, { action: 'application deleted, its tokens revoked', clientId });
     return { client_id: clientId, deleted: true };
   });
 }

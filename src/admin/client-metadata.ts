@@ -4,6 +4,7 @@ import { allowEntryProblem, canonicalAllowEntry } from '../client-metadata/clien
 import type { AllowEntry, ClientMetadata, ListedEntry } from '../client-metadata/index.js';
 import { TokengateError } from '../errors.js';
 import { resourceRegistry } from '../resource/registry.js';
+import { recordAdminChange } from './admin-auth.js';
 import { asObject, invalid, readResources, readScopes, readTier, requiredString, stringList } from './validate.js';
 
 /** An entry of the list as the admin API shows it. */
@@ -55,7 +56,7 @@ export function registerClientMetadataRoutes(scope: FastifyInstance, context: To
     if (clientMetadata.allowList.isConfigured(entry.url))
       throw new TokengateError('CONFLICT', { description: `${entry.url} is allowed by the config file: change it there` });
     await clientMetadata.allowList.added.put(entry);
-    request.log.info({ url: entry.url }, 'client metadata documents allowed');
+    recordAdminChange(request, { action: 'client metadata documents allowed', url: entry.url });
     return view({ ...entry, source: 'admin' });
   });
 
@@ -68,7 +69,7 @@ export function registerClientMetadataRoutes(scope: FastifyInstance, context: To
       throw new TokengateError('CONFLICT', { description: `${canonical} is allowed by the config file: remove it there` });
     if (!(await clientMetadata.allowList.added.remove(canonical)))
       throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No entry of the list added through the admin API has this url.' });
-    request.log.info({ url: canonical }, 'client metadata documents no longer allowed');
+    recordAdminChange(request, { action: 'client metadata documents no longer allowed', url: canonical });
     return { url: canonical, removed: true };
   });
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { TokengateError } from '../errors.js';
 import type { SignedIdentity } from '../identity/index.js';
+import { recordAdminChange } from './admin-auth.js';
 
 /** A signing key as the admin API shows it: never its private half. */
 export interface SigningKeyView {
@@ -31,7 +32,7 @@ export function registerKeyRoutes(scope: FastifyInstance, context: TokengateCont
   scope.post('/keys/rotate', async function rotateKeys(request) {
     const { ring } = identity();
     const rotation = await ring.rotate();
-    request.log.info({ kid: rotation.kid, activatesAt: iso(rotation.activatesAt) }, 'identity signing key rotated by the operator');
+    recordAdminChange(request, { action: 'identity signing key rotated by the operator', kid: rotation.kid, activatesAt: iso(rotation.activatesAt) });
     return { kid: rotation.kid, created_at: iso(rotation.createdAt), activates_at: iso(rotation.activatesAt), keys: keys(ring) };
   });
 }

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import { recordAdminChange } from './admin-auth.js';
 import { readRevocationTarget } from './validate.js';
 
 export function registerTokenRoutes(scope: FastifyInstance, context: TokengateContext): void {
@@ -16,7 +17,7 @@ export function registerTokenRoutes(scope: FastifyInstance, context: TokengateCo
         : 'clientId' in target
           ? await tokens.revokeClientTokens(target.clientId)
           : await tokens.revokeIdentityTokens(target.identityProvider, target.subject);
-    request.log.info({ ...target, revoked }, 'tokens revoked by the operator');
+    recordAdminChange(request, { action: 'tokens revoked by the operator', ...target, revoked });
     return { revoked };
   });
 }

@@ -5,6 +5,7 @@ import { TokengateError } from '../errors.js';
 import { hashPassword } from '../issuer/passwords.js';
 import { deleteUserAndTokens } from '../store/deletions.js';
 import type { UserRecord } from '../store/store.js';
+import { recordAdminChange } from './admin-auth.js';
 import { readUserInput } from './validate.js';
 
 /** A user as the admin API shows it: never the password hash. */
@@ -25,7 +26,7 @@ export function registerUserRoutes(scope: FastifyInstance, context: TokengateCon
     if (!(await context.store.users.create(user))) {
       throw new TokengateError('CONFLICT', { description: 'A user with this e-mail address already exists.' });
     }
-    request.log.info({ userId: user.id }, 'user created');
+    recordAdminChange(request, { action: 'user created', userId: user.id });
     return reply.code(201).send(view(user));
   });
 
@@ -37,7 +38,7 @@ export function registerUserRoutes(scope: FastifyInstance, context: TokengateCon
   scope.delete<{ Params: { id: string } }>('/users/:id', async function deleteUser(request) {
     const { id } = request.params;
     if (!(await deleteUserAndTokens(context.store, id))) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No user has this id.' });
-    request.log.info({ userId: id }, 'user deleted, their tokens revoked');
+    recordAdminChange(request, { action: 'user deleted, their tokens revoked', userId: id });
     return { id, deleted: true };
   });
 }

@@ -1,4 +1,5 @@
 import { loadConfigFile } from '../load-config.js';
+import { AdminTokenFileError, adminTokenFile, readAdminTokenFile } from '../admin/credential.js';
 import { ADMIN_PREFIX } from '../admin/paths.js';
 import { CommandError } from './command.js';
 
@@ -16,11 +17,11 @@ export function adminClientFor(configFile: string): AdminClient {
     throw new CommandError(`${configFile} sets admin.port to 0 (a free port picked at start), so the CLI cannot find the admin API; give it a fixed port`);
   }
   const url = `http://${connectableHost(admin.host)}:${admin.port}${ADMIN_PREFIX}`;
+  const token = admin.token !== '' ? admin.token : keptToken(configFile);
   return {
     url,
     async request<T>(method: string, path: string, body?: unknown): Promise<T> {
-      const headers: Record<string, string> = {};
-      if (admin.token !== '') headers.authorization = `Bearer ${admin.token}`;
+      const headers: Record<string, string> = { authorization: `Bearer ${token}` };
       if (body !== undefined) headers['content-type'] = 'application/json';
       let response: Response;
       try {
@@ -37,12 +38,36 @@ export function adminClientFor(configFile: string): AdminClient {
       const payload = parseJson(text);
       if (!response.ok) {
         const description = typeof payload?.error_description === 'string' ? payload.error_description : `HTTP ${response.status}`;
-        const hint = response.status === 401 ? " (set admin.token, e.g. through TOKENGATE_ADMIN_TOKEN, to the instance's admin token)" : '';
+        const hint =
+          response.status === 401
+            ? admin.token !== ''
+              ? " (set admin.token, e.g. through TOKENGATE_ADMIN_TOKEN, to the instance's admin token)"
+              : ` (the token kept in ${adminTokenFile()} is not this instance's: it runs as another user or with its own admin.token; set admin.token, e.g. through TOKENGATE_ADMIN_TOKEN)`
+            : '';
         throw new CommandError(`the admin API refused: ${description}${hint}`);
       }
       return payload as T;
     },
   };
+}
+
+/** The token `tokengate serve` keeps for this user when its config sets no admin.token (src/admin/credential.ts). */
+function keptToken(configFile: string): string {
+  const file = adminTokenFile();
+  let token: string | null;
+  try {
+    token = readAdminTokenFile(file);
+  } catch (error) {
+    if (error instanceof AdminTokenFileError)
+      throw new CommandError(`${configFile} sets no admin.token, and the admin token kept for this user cannot be used: ${error.message}`);
+    throw error;
+  }
+  if (token === null) {
+    throw new CommandError(
+      `${configFile} sets no admin.token, and there is no admin token at ${file}: tokengate serve makes it there at its first start without admin.token (as this user), or set admin.token (e.g. through TOKENGATE_ADMIN_TOKEN)`,
+    );
+  }
+  return token;
 }
 
 /** A listener bound to every interface is reached on the loopback; an IPv6 literal needs brackets. */

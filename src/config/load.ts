@@ -7,6 +7,7 @@ import { ConfigSchema, type Config } from './schema.js';
 import { checkGatewayHeaders, checkRoutes } from './routes.js';
 import { checkStore } from './store-checks.js';
 import { isBearerToken } from '../http/bearer.js';
+import { trustedProxyProblem } from '../http/trusted-proxies.js';
 import { decodeTagKey } from '../token/token-value.js';
 
 /** Every problem a config file has, reported at once, each naming the file and the key. */
@@ -173,7 +174,7 @@ function urlGiven(raw: unknown): boolean {
 }
 
 function checkSemantics(config: Config, storeUrlGiven: boolean, roomChecks: readonly ConfigCheck[], env: Environment): ConfigProblem[] {
-  const problems = [...checkListeners(config), ...checkAdminToken(config)];
+  const problems = [...checkListeners(config), ...checkTrustProxy(config), ...checkAdminToken(config)];
   if (config.server.workers !== 1 && config.store.driver === 'memory') {
     problems.push({
       path: 'server.workers',
@@ -215,6 +216,30 @@ function checkListeners(config: Config): ConfigProblem[] {
     }
   }
   return problems;
+}
+
+/**
+ * `true` would believe every X-Forwarded-For entry, and take the leftmost, which the client
+ * writes: any client could then pick the address its sign-ins are throttled and logged under.
+ */
+function checkTrustProxy(config: Config): ConfigProblem[] {
+  const setting = config.server.trustProxy;
+  if (setting === true) {
+    return [
+      {
+        path: 'server.trustProxy',
+        message:
+          'true is refused: it believes every X-Forwarded-For entry and takes the leftmost, which the client writes itself (any client could choose the address it is throttled under). Name the proxies in front of tokengate by address or CIDR range (e.g. [10.0.0.0/8]), or give their number (e.g. 1)',
+      },
+    ];
+  }
+  if (!Array.isArray(setting)) return [];
+  return setting.flatMap((entry, index) => {
+    const problem = trustedProxyProblem(entry);
+    return problem === null
+      ? []
+      : [{ path: `server.trustProxy[${index}]`, message: `expected an IP address, a CIDR range, loopback, linklocal or uniquelocal: ${problem}` }];
+  });
 }
 
 function checkAdminToken(config: Config): ConfigProblem[] {

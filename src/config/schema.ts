@@ -24,7 +24,11 @@ const oneOf = <const T extends readonly string[]>(values: T, defaultValue: T[num
 export const ServerSchema = closed({
   host: Type.String({ minLength: 1, default: '0.0.0.0', description: 'Address the public listener (issuer and gateway) binds to.' }),
   port: Type.Integer({ minimum: 0, maximum: 65535, default: 8080, description: 'Port of the public listener; 0 picks a free one.' }),
-  trustProxy: Type.Boolean({ default: false, description: 'Trust X-Forwarded-* from the peer (only behind a trusted load balancer).' }),
+  trustProxy: Type.Union([Type.Boolean(), Type.Integer({ minimum: 0, maximum: 32 }), Type.Array(Type.String({ minLength: 1 }), { minItems: 1 })], {
+    default: false,
+    description:
+      'The proxies whose X-Forwarded-For, -Proto and -Host tokengate believes: their addresses and CIDR ranges (`[10.0.0.0/8]`; `loopback`, `linklocal`, `uniquelocal` name those ranges), or the number of proxies every request passes. `false`: none. `true` is refused: it would take the address the client wrote (docs/trust-model.md#trusted-proxies).',
+  }),
   bodyLimit: Type.Integer({ minimum: 1024, default: 1_048_576, description: 'Largest request body accepted, in bytes.' }),
   maxHeaderSize: Type.Integer({ minimum: 1024, default: 16_384, description: 'Largest request head accepted, in bytes (larger: 431).' }),
   maxHeaders: Type.Integer({
@@ -63,7 +67,7 @@ export const AdminSchema = closed({
   token: Type.String({
     default: '',
     description:
-      'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`.',
+      'Bearer token the admin API requires. Required when `host` is not a loopback address. Give it through the environment: `${TOKENGATE_ADMIN_TOKEN}`. Empty: `serve` makes one at its first start and keeps it in `$XDG_STATE_HOME/tokengate/admin-token` (mode 0600), where the CLI reads it.',
   }),
   requestTimeoutMs: Milliseconds(
     10_000,

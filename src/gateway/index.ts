@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ROUTE_METHODS } from '../config/routes.js';
 import type { Config } from '../config/schema.js';
 import type { TokengateContext } from '../context.js';
+import { proxyTrust } from '../http/trusted-proxies.js';
 import { RouteRequests } from '../observability/requests.js';
 import { check, isDenial, locate, type Checked, type Located } from './check.js';
 import { deny, type Denial } from './denials.js';
@@ -38,7 +39,7 @@ export async function registerGateway(app: FastifyInstance, context: TokengateCo
   await app.register(async function gateway(scope) {
     const { server, gateway } = context.config;
     const requestIdHeader = gateway.requestIdHeader.toLowerCase();
-    const rules = compileHeaderRules(gateway, server.trustProxy, context.config.signedIdentity.header);
+    const rules = compileHeaderRules(gateway, proxyTrust(server.trustProxy), context.config.signedIdentity.header);
     const forwarder = createForwarder(rules, requestIdHeader, context.metrics);
     routes = compiledRoutes(context, rules, forwarder);
     const forwardUpgrade = handleUpgrades(scope, rules, requestIdHeader);

@@ -2,9 +2,10 @@ import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { GatewayConfig } from '../config/schema.js';
 import { HOP_BY_HOP, namedByConnection } from '../http/hop-by-hop.js';
+import { forwardedChain, lastForwardedValue, type ProxyTrust } from '../http/trusted-proxies.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 
-/** Forwarding headers a client could forge; replaced by the gateway's own unless server.trustProxy. */
+/** Forwarding headers a client could forge; passed on only from a proxy server.trustProxy names. */
 const FORWARDING = ['forwarded', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-prefix', 'x-real-ip'];
 /** The forwarding headers the gateway (re)writes itself, from the connection or, when trusted, the inbound ones. */
 const REWRITTEN_FORWARDING = ['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host'];
@@ -38,19 +39,25 @@ export interface HeaderRules {
   identity(token: VerifiedToken, requestId: string): string[];
 }
 
-/** `assertionHeader`: the signed identity's header (`signedIdentity.header`), which no client may send on, whether the feature is on or not. */
-export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean, assertionHeader: string): HeaderRules {
+/**
+ * `trust`: the proxies server.trustProxy names (null: none), whose forwarding headers are passed
+ * on. `assertionHeader`: the signed identity's header (`signedIdentity.header`), which no client
+ * may send on, whether the feature is on or not.
+ */
+export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | null, assertionHeader: string): HeaderRules {
   const requestIdHeader = gateway.requestIdHeader.toLowerCase();
   const userIdHeader = gateway.identityHeaders.userId.toLowerCase();
   const clientIdHeader = gateway.identityHeaders.clientId.toLowerCase();
   const scopeHeader = gateway.identityHeaders.scope.toLowerCase();
   const tokenKindHeader = gateway.identityHeaders.tokenKind.toLowerCase();
-  // Everything a client may not send on: identity headers and (untrusted) forwarding headers, in
-  // every spelling; CGI-style servers read "x_auth_user_id" as "x-auth-user-id".
+  // Everything a client may not send on: identity headers and, unless a trusted proxy sent the
+  // request, forwarding headers, in every spelling; CGI-style servers read "x_auth_user_id" as
+  // "x-auth-user-id".
   const identityHeader = assertionHeader.toLowerCase();
-  const spoofable = new Set([userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, identityHeader, ...(trustProxy ? [] : FORWARDING)]);
-  const dropped = new Set([
-    ...spoofable,
+  const identityNames = [userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, identityHeader];
+  const spoofableFromProxy = new Set(identityNames);
+  const spoofableFromClient = new Set([...identityNames, ...FORWARDING]);
+  const alwaysDropped = [
     ...HOP_BY_HOP,
     ...REWRITTEN_FORWARDING,
     requestIdHeader,
@@ -62,7 +69,9 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean, 
     'host',
     // Answered by the gateway itself once the request is checked (see the gateway's handler).
     'expect',
-  ]);
+  ];
+  const droppedFromProxy = new Set([...spoofableFromProxy, ...alwaysDropped]);
+  const droppedFromClient = new Set([...spoofableFromClient, ...alwaysDropped]);
 
   function identity(token: VerifiedToken, requestId: string): string[] {
     return token.userId === null
@@ -78,13 +87,17 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean, 
       if (assertion !== null) headers.unshift(identityHeader, assertion);
       const inbound = request.headers;
       const peer = request.socket.remoteAddress ?? '';
-      const inboundFor = trustProxy ? inbound['x-forwarded-for'] : undefined;
-      headers.push('x-forwarded-for', inboundFor === undefined ? peer : `${inboundFor}, ${peer}`);
+      const fromProxy = trust !== null && trust(peer, 0);
+      // From the client's address to the peer: what a trusted proxy wrote, never what the client
+      // did, so that the upstream may take the leftmost entry as the client's address.
+      headers.push('x-forwarded-for', fromProxy ? forwardedChain(request, trust).reverse().join(', ') : peer);
       const ownProtocol = (request.socket as TLSSocket).encrypted === true ? 'https' : 'http';
-      // Node joins repeated fields of these names into one string.
-      headers.push('x-forwarded-proto', (trustProxy ? (inbound['x-forwarded-proto'] as string | undefined) : undefined) ?? ownProtocol);
-      const host = (trustProxy ? (inbound['x-forwarded-host'] as string | undefined) : undefined) ?? inbound.host;
+      // The values fastify reads for the request's protocol and host (DPoP, cookies): the last a proxy wrote.
+      headers.push('x-forwarded-proto', (fromProxy ? lastForwardedValue(inbound['x-forwarded-proto']) : undefined) ?? ownProtocol);
+      const host = (fromProxy ? lastForwardedValue(inbound['x-forwarded-host']) : undefined) ?? inbound.host;
       if (host !== undefined && host !== '') headers.push('x-forwarded-host', host);
+      const dropped = fromProxy ? droppedFromProxy : droppedFromClient;
+      const spoofable = fromProxy ? spoofableFromProxy : spoofableFromClient;
       if (bodyLength !== undefined && bodyLength !== null) headers.push('content-length', String(bodyLength));
 
       const named = namedByConnection(inbound.connection);

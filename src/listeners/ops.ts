@@ -32,12 +32,13 @@ export function createOpsListener(context: TokengateContext): FastifyInstance {
 
 /**
  * Health, readiness, metrics; the admin API joins them, its requests counted and logged (probes
- * and scrapes are not). `workers`: a primary answers for its workers.
+ * and scrapes are not). `adminToken`: the token the admin API requires. `workers`: a primary
+ * answers for its workers.
  */
-export async function routeOpsListener(ops: FastifyInstance, context: TokengateContext, workers?: WorkerReports): Promise<void> {
+export async function routeOpsListener(ops: FastifyInstance, context: TokengateContext, adminToken: string, workers?: WorkerReports): Promise<void> {
   await registerHealth(ops, context.store, context.metrics, workers);
   await ops.register(async function observedAdmin(scope) {
     observeRequests(scope, 'ops', context.metrics, context.requestLog);
-    await registerAdmin(scope, context);
+    await registerAdmin(scope, context, adminToken);
   });
 }

@@ -2,6 +2,7 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { Config } from '../config/schema.js';
 import type { TokengateContext } from '../context.js';
 import { jsonErrorHandler } from '../errors.js';
+import { proxyTrust } from '../http/trusted-proxies.js';
 import { registerGateway, type GatewayRoutes } from '../gateway/index.js';
 import { fastifyLogger } from '../observability/logger.js';
 import { nextRequestId } from '../observability/request-id.js';
@@ -15,10 +16,12 @@ import { answerUnrouted } from './unrouted.js';
 export function createPublicListener(context: TokengateContext): FastifyInstance {
   const { config } = context;
   const guard = createListenerGuard('public', publicLimits(config, publicMethods(config)), context.metrics);
+  const trust = proxyTrust(config.server.trustProxy);
   const app = Fastify({
     loggerInstance: fastifyLogger(context.log.child({ listener: 'public' })),
     bodyLimit: config.server.bodyLimit,
-    trustProxy: config.server.trustProxy,
+    // A function even for a hop count: fastify refuses a bare number (it would trust nothing).
+    ...(trust === null ? {} : { trustProxy: trust }),
     ...guard.serverOptions({ maxHeaderSize: config.server.maxHeaderSize }),
     requestIdHeader: config.gateway.requestIdHeader,
     // Ids are unique across sidecars and restarts, so one id follows a request through every log.

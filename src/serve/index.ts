@@ -1,7 +1,10 @@
 import cluster from 'node:cluster';
+import type { Logger } from 'pino';
+import { AdminTokenFileError, servedAdminToken } from '../admin/credential.js';
 import type { Config } from '../config/schema.js';
 import { configWarnings } from '../config/warnings.js';
 import { createProcessLogger } from '../observability/logger.js';
+import { StartupError } from '../store/open-store.js';
 import { runInstance } from './instance.js';
 import { superviseWorkers } from './primary.js';
 import { reloadOnChange } from './reload.js';
@@ -32,7 +35,29 @@ export async function serve(config: Readonly<Config>, file: string): Promise<num
     }
   }
   for (const warning of configWarnings(config)) log.warn(warning);
+  // Only the process that serves the ops listener (the primary, with workers) holds the admin token.
+  const adminToken = keptAdminToken(config, log);
   const workers = workerCount(config.server.workers);
-  if (workers === 1) return runInstance(config, log, { serves: 'both' }, { attach: (tokengate) => reloadOnChange(file, log, tokengate) });
-  return superviseWorkers(config, log, workers, file);
+  if (workers === 1) return runInstance(config, log, { serves: 'both', adminToken }, { attach: (tokengate) => reloadOnChange(file, log, tokengate) });
+  return superviseWorkers(config, log, workers, file, adminToken);
+}
+
+/**
+ * The admin token when the config sets none: the one kept for this user of the machine, made at
+ * the first start (src/admin/credential.ts), so the CLI finds it with no flag. A file that
+ * cannot be used stops the start: an admin API nobody can call, or anyone can, is no use.
+ */
+function keptAdminToken(config: Readonly<Config>, log: Logger): string {
+  let served: ReturnType<typeof servedAdminToken>;
+  try {
+    served = servedAdminToken(config.admin.token);
+  } catch (error) {
+    if (!(error instanceof AdminTokenFileError)) throw error;
+    throw new StartupError(
+      `admin.token is not set, and the admin token kept for this user cannot be used: ${error.message}. Set admin.token (e.g. through TOKENGATE_ADMIN_TOKEN) or XDG_STATE_HOME`,
+    );
+  }
+  if (served.file !== null)
+    log.info({ adminTokenFile: served.file }, 'admin.token is not set: the admin API requires the token kept in adminTokenFile, where the CLI reads it');
+  return served.token;
 }

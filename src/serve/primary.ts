@@ -25,7 +25,7 @@ const QUESTION_TIMEOUT_MS = 1_000;
  * drains, then the primary stops. A worker that fails before the group was first ready stops
  * the start: the same error would only repeat.
  */
-export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number, file: string): Promise<number> {
+export async function superviseWorkers(config: Readonly<Config>, log: Logger, count: number, file: string, adminToken?: string): Promise<number> {
   // The workers accept from the shared socket themselves. With node's default on Linux
   // (round-robin), the primary accepts each connection and hands it to a worker, keeping its
   // own copy until the worker says it took it: a worker killed in between never says so, and
@@ -44,7 +44,7 @@ export async function superviseWorkers(config: Readonly<Config>, log: Logger, co
   return runInstance(
     config,
     log,
-    { serves: 'ops', workers: fleet },
+    { serves: 'ops', workers: fleet, adminToken },
     {
       // A change of the config reloads the primary's own instance (the ops listener, logging) and every worker's.
       attach: (tokengate) => reloadOnChange(file, log, tokengate, () => fleet.tell({ tokengate: 'reload' })),

@@ -7,6 +7,21 @@ const ROOT = resolve(import.meta.dirname, '../..');
 /** The CLI from source (tsx), so tests need no build step and run what the tree says. */
 const CLI = ['--import', 'tsx', join(ROOT, 'src/main.ts')];
 
+let stateHome: string | undefined;
+/**
+ * The XDG_STATE_HOME of every process these helpers start: a serve without admin.token keeps
+ * its admin token there, and the CLI reads it there, never in the home of whoever runs the tests.
+ * One directory per test file, removed when it ends.
+ */
+export function testStateHome(): string {
+  if (stateHome === undefined) {
+    const made = mkdtempSync(join(tmpdir(), 'tokengate-state-'));
+    stateHome = made;
+    process.once('exit', () => rmSync(made, { recursive: true, force: true }));
+  }
+  return stateHome;
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;
@@ -15,7 +30,11 @@ export interface CliResult {
 
 export function runCli(args: string[], options: { stdin?: string; env?: Record<string, string> } = {}): Promise<CliResult> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...CLI, ...args], { cwd: ROOT, env: { ...process.env, ...options.env }, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...CLI, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, XDG_STATE_HOME: testStateHome(), ...options.env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk) => (stdout += chunk));
@@ -76,7 +95,7 @@ export interface SpawnedServe {
 export function spawnServe(configFile: string, env: Record<string, string> = {}): SpawnedServe {
   const child = spawn(process.execPath, [...CLI, 'serve', '--config', configFile], {
     cwd: ROOT,
-    env: { ...process.env, ...env },
+    env: { ...process.env, XDG_STATE_HOME: testStateHome(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -109,7 +128,11 @@ export function spawnServe(configFile: string, env: Record<string, string> = {})
 export function serveInTerminal(configFile: string): Promise<string> {
   const command = [process.execPath, ...CLI, 'serve', '--config', configFile].map((part) => `'${part.replace(/'/g, `'\\''`)}'`).join(' ');
   return new Promise((resolvePromise, reject) => {
-    const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn('script', ['-qfec', command, '/dev/null'], {
+      cwd: ROOT,
+      env: { ...process.env, XDG_STATE_HOME: testStateHome() },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     const timer = setTimeout(() => finish(new Error(`tokengate serve did not start in a terminal:\n${output}`)), 30_000);
     const finish = (error?: Error) => {

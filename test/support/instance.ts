@@ -54,10 +54,21 @@ export interface StartOptions {
   topology?: TestTopology;
 }
 
+/** The admin token of every test instance that sets none of its own. */
+export const TEST_ADMIN_TOKEN = 'test-admin-token-0123456789abcdef';
+
+/** A call to a test instance's admin API (`path` below /admin) with its admin token, as the CLI makes it. */
+export function adminFetch(running: RunningTokengate, path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (!headers.has('authorization')) headers.set('authorization', `Bearer ${running.tokengate.context.config.admin.token}`);
+  if (init.body !== undefined && !headers.has('content-type')) headers.set('content-type', 'application/json');
+  return fetch(`${running.opsUrl}/admin${path}`, { ...init, headers });
+}
+
 export async function startTokengate(label: string, options: StartOptions = {}): Promise<RunningTokengate> {
   const defaults: Record<string, Record<string, unknown>> = {
     server: { host: '127.0.0.1', port: options.port ?? 0 },
-    admin: { host: '127.0.0.1', port: 0 },
+    admin: { host: '127.0.0.1', port: 0, token: TEST_ADMIN_TOKEN },
     decisions: { host: '127.0.0.1', port: 0 },
     store: { driver: 'redis' },
     issuer: {
