@@ -39,6 +39,8 @@ export interface Bench {
 export interface RowResult {
   id: string;
   title: string;
+  /** The scenario whose rows it was measured in turns with: only those are compared round by round. */
+  scenario: string;
   load: LoadResult;
   windows: number;
   /** CPU (user + system) of the tier's processes per 1,000 answers. */
@@ -47,6 +49,14 @@ export interface RowResult {
   tierCpuPercent: number;
   /** Share of tokengate's token lookups answered from its cache; null for other tiers. */
   cacheHitPercent: number | null;
+  /** Each round's window alone, in order: what a target's per-round comparison pairs (./verdict.ts). */
+  rounds: RoundFigures[];
+}
+
+export interface RoundFigures {
+  tierCpuMsPer1k: number;
+  requestsPerSecond: number;
+  p99Ms: number;
 }
 
 export interface Results {
@@ -117,7 +127,11 @@ export interface Shape {
   seconds: number;
 }
 
-/** Rows measured side by side: each takes a window in turn, `rounds` times, so a drift in the machine's load is shared evenly. */
+/**
+ * Rows measured side by side: each takes a window in turn, `rounds` times, so a drift in the
+ * machine's load is shared evenly, and a target comparing two of them is judged round by round
+ * (./verdict.ts). A row compared with another belongs in the same list.
+ */
 export function rowsInTurns(id: string, rows: Row[], shape: (settings: Settings) => Shape = (s) => ({ rounds: s.rounds, seconds: s.windowSeconds })): Scenario {
   return {
     id,
@@ -125,6 +139,7 @@ export function rowsInTurns(id: string, rows: Row[], shape: (settings: Settings)
     run: (bench, wanted) =>
       measureRows(
         bench,
+        id,
         rows.filter((row) => wanted(row.id)),
         shape(bench.settings),
       ),
@@ -144,7 +159,7 @@ interface Window {
   lookups: CacheLookups | null;
 }
 
-async function measureRows(bench: Bench, rows: Row[], shape: Shape): Promise<void> {
+async function measureRows(bench: Bench, scenario: string, rows: Row[], shape: Shape): Promise<void> {
   const contenders: Contender[] = [];
   for (const row of rows) {
     await attempt(bench, row.id, async () => {
@@ -172,7 +187,7 @@ async function measureRows(bench: Bench, rows: Row[], shape: Shape): Promise<voi
     }
   }
   for (const { row, tier, traffic, windows } of contenders) {
-    const result = pool(row, windows);
+    const result = pool(scenario, row, windows);
     bench.results.rows.push(result);
     const { errors, unexpected, statuses } = result.load;
     if (errors + unexpected > 0)
@@ -258,7 +273,7 @@ export function isWrkLoad(options: Pick<LoadOptions, 'request' | 'overallRate' |
   );
 }
 
-function pool(row: Row, windows: Window[]): RowResult {
+function pool(scenario: string, row: Row, windows: Window[]): RowResult {
   const load = summarizeLoad(windows.map((window) => window.load));
   const cpuMs = windows.reduce((total, window) => total + window.cpuMs, 0);
   const lookups = windows.every((window) => window.lookups !== null)
@@ -270,11 +285,17 @@ function pool(row: Row, windows: Window[]): RowResult {
   return {
     id: row.id,
     title: row.title,
+    scenario,
     load,
     windows: windows.length,
     tierCpuMsPer1k: (cpuMs * 1000) / load.requests,
     tierCpuPercent: (cpuMs / (load.seconds * 1000)) * 100,
     cacheHitPercent: lookups === null || lookups.lookups === 0 ? null : (lookups.hits / lookups.lookups) * 100,
+    rounds: windows.map(({ load: window, cpuMs: windowCpuMs }) => ({
+      tierCpuMsPer1k: (windowCpuMs * 1000) / window.requests,
+      requestsPerSecond: window.requests / window.seconds,
+      p99Ms: summarizeLoad([window]).p99Ms,
+    })),
   };
 }
 

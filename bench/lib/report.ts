@@ -4,11 +4,13 @@ import { cpus, loadavg } from 'node:os';
 import type { Results, RowResult } from './measure.js';
 import { nginxVersion } from './nginx.js';
 import type { Settings } from './settings.js';
+import { atLeast, atMost, NOT_MEASURED, ofRow, perRound, single, type Judged } from './verdict.js';
 import { wrkVersion } from './wrk.js';
 
 /**
  * The printed report: where the run ran, one table of rows, the memory and revocation figures,
- * and each of the project's targets (docs/benchmarks.md#targets) beside the figure it is judged on.
+ * and each of the project's targets (docs/benchmarks.md#targets) beside the figure it is judged on:
+ * a comparison of two rows round by round, with its spread over the rounds (./verdict.ts).
  */
 
 const MB = 1024 * 1024;
@@ -129,37 +131,30 @@ function memoryLines(results: Results): string[] {
   return lines.map((line) => `- ${line}`);
 }
 
-interface Judged {
-  measured: string;
-  met: boolean | null;
-}
-
-/** The targets of docs/benchmarks.md, in its words; each judged on this run's figures, or not measured. */
+/**
+ * The targets of docs/benchmarks.md, in its words; each judged on this run's figures, or not
+ * measured. A target that compares two rows names their ids; they must be rows of one scenario
+ * (measured in turns), and are compared round by round.
+ */
 export function judgeTargets(results: Results): Array<[string, Judged]> {
   const row = (id: string) => results.rows.find((each) => each.id === id);
-  const reqRatio = (id: string, base: string) => {
-    const [a, b] = [row(id), row(base)];
-    return a === undefined || b === undefined ? null : a.load.requestsPerSecond / b.load.requestsPerSecond;
-  };
-  const cpuRatio = (id: string, base: string) => {
-    const [a, b] = [row(id), row(base)];
-    return a === undefined || b === undefined ? null : a.tierCpuMsPer1k / b.tierCpuMsPer1k;
-  };
-  const atLeast = (value: number | null, minimum: number, unit = 'x'): Judged =>
-    value === null ? NOT_MEASURED : { measured: `${value.toFixed(2)}${unit}`, met: value >= minimum };
-  const atMost = (value: number | null, maximum: number, unit = 'x'): Judged =>
-    value === null ? NOT_MEASURED : { measured: `${value.toFixed(2)}${unit}`, met: value <= maximum };
+  const reqRatio = (id: string, base: string) => perRound(row(id), row(base), (round) => round.requestsPerSecond);
+  const cpuRatio = (id: string, base: string) => perRound(row(id), row(base), (round) => round.tierCpuMsPer1k);
 
   const { idleBytes, cached, soak, flood, heapAndBuffers, fill } = results.memory;
   const perCachedToken =
     cached !== null && cached.tokens > 0 && heapAndBuffers !== null && heapAndBuffers.cachedBytes !== null
       ? (heapAndBuffers.cachedBytes - heapAndBuffers.idleBytes) / cached.tokens
       : null;
-  const addedP99 =
-    row('cache-hit-at-rate') !== undefined && row('direct-at-rate') !== undefined
-      ? row('cache-hit-at-rate')!.load.p99Ms - row('direct-at-rate')!.load.p99Ms
-      : null;
-  const workersVsLru = reqRatio('workers-tokengate', 'workers-nginx-lru');
+  const addedP99 = perRound(
+    row('cache-hit-at-rate'),
+    row('direct-at-rate'),
+    (round) => round.p99Ms,
+    (a, b) => a - b,
+  );
+  const [tokengateWorkers, lruWorkers] = [row('workers-tokengate'), row('workers-nginx-lru')];
+  const workersVsLru =
+    tokengateWorkers === undefined || lruWorkers === undefined ? null : tokengateWorkers.load.requestsPerSecond / lruWorkers.load.requestsPerSecond;
   const workers = atLeast(reqRatio('workers-tokengate', 'workers-nginx-redis'), 1.0);
   const soakHalves = soak !== null && soak.length >= 2 ? halves(soak) : null;
   const settled = flood === null || flood.after.length === 0 ? null : flood.after.at(-1)!;
@@ -180,62 +175,68 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
     ['added p99 at 2,000 req/s <= 1 ms over direct', atMost(addedP99, 1.0, ' ms')],
     [
       '2 workers unpinned: req/s >= 1.0x nginx (2 workers) + check service (Redis-GET check)',
-      workersVsLru === null || workers.met === null ? workers : { ...workers, measured: `${workers.measured} (vs the LRU check: ${workersVsLru.toFixed(2)}x)` },
+      workersVsLru === null || workers.verdict === '-'
+        ? workers
+        : { ...workers, measured: `${workers.measured} (vs the LRU check: ${workersVsLru.toFixed(2)}x)` },
     ],
-    ['RSS idle <= 80 MB', idleBytes === null ? NOT_MEASURED : { measured: megabytes(idleBytes), met: idleBytes <= 80 * MB }],
+    ['RSS idle <= 80 MB', idleBytes === null ? NOT_MEASURED : single(megabytes(idleBytes), idleBytes <= 80 * MB)],
     [
       'RSS with 100k cached tokens <= 125 MB',
       cached === null
         ? NOT_MEASURED
-        : { measured: `${megabytes(cached.bytes)} with ${cached.tokens} cached`, met: cached.tokens >= 100_000 ? cached.bytes <= 125 * MB : null },
+        : single(`${megabytes(cached.bytes)} with ${cached.tokens} cached`, cached.tokens >= 100_000 ? cached.bytes <= 125 * MB : null),
     ],
-    ['heap and array buffers per cached token <= 100 bytes', atMost(perCachedToken, 100, ' B')],
+    ['heap and array buffers per cached token <= 100 bytes', atMostOnce(perCachedToken, 100, ' B')],
     [
       'RSS with 1,000,000 cached tokens <= idle + 150 MB',
       fill === null || fill.tokens === 0
         ? NOT_MEASURED
-        : {
-            measured: `+${megabytes(fill.bytes - fill.idleBytes)} with ${fill.tokens} cached`,
-            met: fill.tokens >= 1_000_000 ? fill.bytes - fill.idleBytes <= 150 * MB : null,
-          },
+        : single(
+            `+${megabytes(fill.bytes - fill.idleBytes)} with ${fill.tokens} cached`,
+            fill.tokens >= 1_000_000 ? fill.bytes - fill.idleBytes <= 150 * MB : null,
+          ),
     ],
     [
       `RSS flat over the soak (lowest of its second half within ${TOLERANCE * 100} % of its first half's)`,
-      soakHalves === null ? NOT_MEASURED : atMost((soakHalves[1] / soakHalves[0] - 1) * 100, TOLERANCE * 100, ' %'),
+      soakHalves === null ? NOT_MEASURED : atMostOnce((soakHalves[1] / soakHalves[0] - 1) * 100, TOLERANCE * 100, ' %'),
     ],
     [
       `RSS flat under the unknown-token flood (settled within ${TOLERANCE * 100} % of before)`,
-      settled === null ? NOT_MEASURED : atMost((settled / flood!.beforeBytes - 1) * 100, TOLERANCE * 100, ' %'),
+      settled === null ? NOT_MEASURED : atMostOnce((settled / flood!.beforeBytes - 1) * 100, TOLERANCE * 100, ' %'),
     ],
     [
       'forged tokens: 0 store calls',
-      results.forgedStoreCalls === null ? NOT_MEASURED : { measured: `${results.forgedStoreCalls} calls`, met: results.forgedStoreCalls === 0 },
+      results.forgedStoreCalls === null ? NOT_MEASURED : single(`${results.forgedStoreCalls} calls`, results.forgedStoreCalls === 0),
     ],
     [
       'client_credentials issuance, one core: >= 5,000 tokens/s',
-      row('issuance') === undefined
-        ? NOT_MEASURED
-        : { measured: `${Math.round(row('issuance')!.load.requestsPerSecond)} tokens/s`, met: row('issuance')!.load.requestsPerSecond >= 5_000 },
+      atLeast(
+        ofRow(row('issuance'), (round) => round.requestsPerSecond),
+        5_000,
+        ' tokens/s',
+        0,
+      ),
     ],
-    ['revocation seen by a second sidecar: p99 <= 50 ms', atMost(results.revocation?.p99Ms ?? null, 50, ' ms')],
+    ['revocation seen by a second sidecar: p99 <= 50 ms', atMostOnce(results.revocation?.p99Ms ?? null, 50, ' ms')],
     [
       'rate limited route under its limit: CPU per request <= 1.05x the same route without a limit',
       atMost(cpuRatio('rate-limit-under', 'rate-limit-off'), 1.05),
     ],
-    ['rate limited route under its limit: <= 20 Redis commands per 1,000 admitted', atMost(results.rateLimitCommandsPer1k, 20, '')],
+    ['rate limited route under its limit: <= 20 Redis commands per 1,000 admitted', atMostOnce(results.rateLimitCommandsPer1k, 20, '')],
     ['tracing on, 0 % sampled: CPU per request <= 1.02x tracing off', atMost(cpuRatio('tracing-unsampled', 'tracing-off'), 1.02)],
     ['tracing on, 10 % sampled: CPU per request <= 1.05x tracing off', atMost(cpuRatio('tracing-10', 'tracing-off'), 1.05)],
     ['tracing on, 100 % sampled: CPU per request <= 1.20x tracing off', atMost(cpuRatio('tracing-100', 'tracing-off'), 1.2)],
   ];
 }
 
-const NOT_MEASURED: Judged = { measured: 'not measured', met: null };
+/** A figure measured once (memory, a count over the whole row): no rounds to spread over. */
+const atMostOnce = (value: number | null, maximum: number, unit: string): Judged =>
+  value === null ? NOT_MEASURED : single(`${value.toFixed(2)}${unit}`, value <= maximum);
 
 function targetsTable(results: Results): string {
-  const verdict = (met: boolean | null) => (met === null ? '-' : met ? 'met' : 'NOT MET');
   return markdownTable(
-    ['target', 'measured', 'verdict'],
-    judgeTargets(results).map(([target, { measured, met }]) => [target, measured, verdict(met)]),
+    ['target', 'measured: median of the rounds (IQR, range)', 'verdict'],
+    judgeTargets(results).map(([target, { measured, verdict }]) => [target, measured, verdict]),
   );
 }
 

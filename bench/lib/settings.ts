@@ -2,12 +2,12 @@ import { readFileSync } from 'node:fs';
 import { wrkVersion } from './wrk.js';
 
 /**
- * What a run does, from five environment variables (docs/benchmarks.md#settings). The full run
+ * What a run does, from six environment variables (docs/benchmarks.md#settings). The full run
  * is the one the targets are judged on; BENCH_SHORT=1 is a quick look at every row.
  */
 export interface Settings {
   short: boolean;
-  /** Windows of each row in a side-by-side comparison, in turns with the other rows. */
+  /** Windows of each row in a side-by-side comparison, in turns with the other rows (BENCH_ROUNDS): a target is judged on the spread of its per-round figures. */
   rounds: number;
   windowSeconds: number;
   /** Warm-up before a server's first window (its JIT catching up), and before every other row's first window. */
@@ -51,7 +51,7 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
     .filter((id) => id !== '');
   return {
     short,
-    rounds: short ? 1 : 3,
+    rounds: rounds(env.BENCH_ROUNDS, short ? 1 : 5),
     windowSeconds: short ? 2 : 3,
     firstWarmupSeconds: 2,
     warmupSeconds: 1,
@@ -68,6 +68,13 @@ export function readSettings(env: NodeJS.ProcessEnv): Settings {
     nodeFlags: (env.BENCH_NODE_FLAGS ?? imageNodeOptions()).split(' ').filter((flag) => flag !== ''),
     loadGenerator: loadGenerator(env.BENCH_LOAD),
   };
+}
+
+function rounds(value: string | undefined, fallback: number): number {
+  if (value === undefined || value === '') return fallback;
+  const count = Number(value);
+  if (!Number.isInteger(count) || count < 1) throw new Error(`BENCH_ROUNDS is a whole number of rounds, at least 1, not ${JSON.stringify(value)}`);
+  return count;
 }
 
 function loadGenerator(value: string | undefined): Settings['loadGenerator'] {

@@ -6,8 +6,10 @@ import {
   SpanStatusCode,
   trace,
   TraceFlags,
+  type Attributes,
   type Context,
   type Counter,
+  type Link,
   type Meter,
   type MeterProvider,
   type Span,
@@ -31,6 +33,7 @@ import {
   TracerProvider,
   type ReadableSpan,
   type Sampler,
+  type SamplingResult,
   type SpanExporter,
 } from '@opentelemetry/sdk-trace';
 import type { Logger } from 'pino';
@@ -53,7 +56,7 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
     idGenerator: ids,
     // process.pid: which process of a sidecar (each worker of server.workers exports its own spans).
     resource: resourceFromAttributes({ 'process.pid': process.pid, ...settings.resourceAttributes, 'service.name': settings.serviceName }),
-    sampler: samplerOf(settings),
+    sampler: new DecidedRoots(samplerOf(settings)),
     spanProcessors: [
       new BatchSpanProcessor({
         exporter: exporterOf(settings),
@@ -274,6 +277,27 @@ class StepSpan implements ChildSpan {
       this.span.setStatus({ code: SpanStatusCode.ERROR });
     }
     this.span.end();
+  }
+}
+
+const RECORD_ROOT: SamplingResult = Object.freeze({ decision: SamplingDecision.RECORD_AND_SAMPLED });
+
+/**
+ * The provider's sampler. A request without a caller's context reaches the SDK only once
+ * `parentOf` has decided to record it, by the configured sampler's own ratio on the very trace id
+ * the span gets: asking again would repeat that work for every recorded request. Spans with a
+ * parent (a caller's, or the request's own server span) are decided by the configured sampler.
+ */
+class DecidedRoots implements Sampler {
+  constructor(private readonly configured: Sampler) {}
+
+  shouldSample(context: Context, traceId: string, name: string, kind: SpanKind, attributes: Attributes, links: Link[]): SamplingResult {
+    if (trace.getSpanContext(context) === undefined) return RECORD_ROOT;
+    return this.configured.shouldSample(context, traceId, name, kind, attributes, links);
+  }
+
+  toString(): string {
+    return `DecidedRoots{${this.configured.toString()}}`;
   }
 }
 
