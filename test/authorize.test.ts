@@ -350,9 +350,14 @@ describe("CSRF: every form needs the session's own token", () => {
     const xml = await post('application/xml', '<login/>');
     expect(xml.status).toBe(415);
     expect(xml.headers.get('content-type')).toBe('text/html; charset=utf-8');
-    // text/plain is what a cross-site form can send: it carries no fields, so no CSRF token either.
-    const text = await post('text/plain', 'csrf_token=x');
-    expect(text.status).toBe(403);
+    // Only a form is read: JSON and text/plain (what a cross-site page can send without a
+    // preflight) are 415 even when they carry the form's fields.
+    const fields = formFields((await client.get(authorizePath(request()))).text);
+    const json = await post('application/json', JSON.stringify({ ...fields, email: EMAIL, password: PASSWORD }));
+    expect(json.status).toBe(415);
+    expect(await json.text()).toContain('application/x-www-form-urlencoded');
+    const text = await post('text/plain', new URLSearchParams({ ...fields, email: EMAIL, password: PASSWORD }).toString());
+    expect(text.status).toBe(415);
     const huge = await post('application/x-www-form-urlencoded', `email=${'a'.repeat(20_000)}`);
     expect(huge.status).toBe(413);
     expect(await huge.text()).toContain('too large');

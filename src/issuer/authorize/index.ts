@@ -42,6 +42,10 @@ const FORM_BODY_LIMIT = 16_384;
 export async function registerAuthorization(app: FastifyInstance, context: TokengateContext): Promise<void> {
   await app.register(async (scope) => {
     await scope.register(fastifyCookie);
+    // The forms post application/x-www-form-urlencoded and nothing else: every other body is
+    // 415, JSON and text/plain included (a cross-site page can send text/plain without a
+    // preflight, and no browser form sends JSON: neither is ever a person at these pages).
+    scope.removeAllContentTypeParsers();
     await scope.register(fastifyFormbody);
     const endpoint = createAuthorizationEndpoint(context);
     scope.addHook('onSend', pageHeaders);
