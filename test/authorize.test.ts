@@ -435,8 +435,10 @@ describe('consent', () => {
     expect(approved.headers.get('referrer-policy')).toBe('no-referrer');
     expect(approved.headers.get('cache-control')).toBe('no-store');
     const answer = redirectedTo(approved, `${REDIRECT_URI}?code=`);
-    expect([...answer.keys()]).toEqual(['code', 'state']);
+    expect([...answer.keys()]).toEqual(['code', 'state', 'iss']);
     expect(answer.get('state')).toBe('state-123');
+    // RFC 9207: the issuer identifier, as the metadata's `issuer` says it.
+    expect(answer.get('iss')).toBe(issuer.tokengate.context.config.issuer.issuerUrl);
     const code = answer.get('code')!;
     expect(issuer.tokengate.context.minter.hasValidTag(code)).toBe(true);
 
@@ -470,7 +472,7 @@ describe('consent', () => {
     const client = browser();
     const consent = await signIn(client, request({ redirect_uri: REDIRECT_WITH_QUERY, state: 'a b&c=d' }));
     const approved = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-    expect(approved.location!).toMatch(/^https:\/\/app\.example\/cb\?tenant=a%20b&x=1&code=[A-Za-z0-9_-]{43}&state=a\+b%26c%3Dd$/);
+    expect(approved.location!).toMatch(/^https:\/\/app\.example\/cb\?tenant=a%20b&x=1&code=[A-Za-z0-9_-]{43}&state=a\+b%26c%3Dd&iss=[^&]+$/);
     expect(redirectedTo(approved, REDIRECT_WITH_QUERY).get('state')).toBe('a b&c=d');
   });
 
@@ -495,6 +497,7 @@ describe('consent', () => {
     const answer = redirectedTo(denied, `${REDIRECT_URI}?error=access_denied`);
     expect(answer.get('state')).toBe('state-123');
     expect(answer.get('error_description')).toBe('The user denied the request.');
+    expect(answer.get('iss')).toBe(issuer.tokengate.context.config.issuer.issuerUrl);
     expect(answer.has('code')).toBe(false);
   });
 

@@ -11,6 +11,7 @@ import { tokenDigest } from '../../token/token-value.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { audienceOf } from '../issue-tokens.js';
 import { clientFinder } from '../clients.js';
+import { issuerIdentifier } from '../metadata-endpoint.js';
 import { createUserSource } from '../users.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
@@ -150,6 +151,8 @@ function authorizationSteps(context: TokengateContext) {
 
 function createAuthorizationEndpoint(context: TokengateContext) {
   const { metrics } = context;
+  // RFC 9207 `iss` on every answer to the application, codes and errors alike.
+  const iss = issuerIdentifier(context.config.issuer.issuerUrl);
   const { sessions, sendPage, validate, nextPage, verifiedForm, checkCredentials } = authorizationSteps(context);
   return {
     async show(request: FastifyRequest, reply: FastifyReply) {
@@ -196,7 +199,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       }
       const code = await issueCode(context, authorization, session.data.userId);
       metrics.authorizationResponses.inc({ result: 'code' });
-      return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state }), 303);
+      return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state, iss }), 303);
     },
 
     async switchAccount(request: FastifyRequest, reply: FastifyReply) {
@@ -210,7 +213,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       if (error instanceof AuthorizationRedirectError) {
         metrics.authorizationResponses.inc({ result: error.failure.error });
         request.log.info({ error: error.failure.error }, 'authorization request answered with an error');
-        const location = redirectUriWith(error.redirectUri, { error: error.failure.error, error_description: error.failure.description, state: error.state });
+        const location = redirectUriWith(error.redirectUri, { error: error.failure.error, error_description: error.failure.description, state: error.state, iss });
         return reply.redirect(location, request.method === 'GET' ? 302 : 303);
       }
       const failure = pageFailure(error);
