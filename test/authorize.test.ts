@@ -240,9 +240,25 @@ describe('the sign-in page', () => {
 
     const secure = await startTokengate('authorize-https', { sharing: issuer, config: { issuer: { issuerUrl: 'https://auth.example' } } });
     try {
-      const response = await new FormClient(secure.baseUrl).get(authorizePath(request()));
-      expect(response.headers.getSetCookie()[0]).toMatch(/; Secure(;|$)/);
+      const client = new FormClient(secure.baseUrl);
+      const response = await client.get(authorizePath(request()));
+      // Over https: __Host- (only this host may set it, not a sibling subdomain), so Path=/ and Secure.
+      expect(response.headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=[A-Za-z0-9_-]{43}; Max-Age=3600; Path=\/; HttpOnly; Secure; SameSite=Lax$/);
       expect(response.text).toContain('<footer class="foot">Secure sign-in · auth.example</footer>');
+      // Every step reads and sets that cookie: sign in, consent, switch account (which clears it with the same attributes).
+      const signedIn = await client.post('/oauth/authorize/login', { ...formFields(response.text), email: EMAIL, password: PASSWORD });
+      expect(signedIn.status).toBe(303);
+      expect(signedIn.headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=[A-Za-z0-9_-]{43}; Max-Age=3600; Path=\/; HttpOnly; Secure; SameSite=Lax$/);
+      const consent = await client.follow(signedIn);
+      expect(consent.text).toContain('wants to access your');
+      const switched = await client.post('/oauth/authorize/switch-account', formFields(consent.text));
+      expect(switched.headers.getSetCookie()[0]).toMatch(
+        /^__Host-tokengate_session=; Max-Age=0; Path=\/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; Secure; SameSite=Lax$/,
+      );
+      // The plain name is not read over https: a cookie a sibling could plant counts for nothing.
+      const planted = new FormClient(secure.baseUrl);
+      planted.cookies.set('tokengate_session', client.cookies.get('__Host-tokengate_session') ?? 'x');
+      expect((await planted.get(authorizePath(request()))).headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=/);
     } finally {
       await secure.close();
     }
@@ -381,19 +397,24 @@ describe('sessions', () => {
     const attackerView = await attacker.get(authorizePath(request()));
     expect(attackerView.text).toContain('Sign in');
     expect(attackerView.text).not.toContain('wants to access');
-    // The old session's CSRF token died with it.
-    const stale = await attacker.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
-    expectErrorPage(stale, 403, 'This page has expired');
   });
 
-  it('are kept in the store under a digest of the cookie, never the cookie value', async () => {
+  it('are kept in the store under a digest of the cookie, never the cookie value, and only once signed in', async () => {
     const client = browser();
     await client.get(authorizePath(request()));
-    const value = client.cookies.get('tokengate_session')!;
+    const anonymous = client.cookies.get('tokengate_session')!;
     const raw = rawRedis();
-    const keys = await raw.keys(`${issuer.prefix}session:*`).finally(() => raw.disconnect());
-    expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
-    expect(keys.some((key) => key.includes(value))).toBe(false);
+    try {
+      // The sign-in page stores nothing: its form carries the request.
+      expect(await raw.keys(`${issuer.prefix}session:${tokenDigest(anonymous)}`)).toEqual([]);
+      await signIn(client);
+      const value = client.cookies.get('tokengate_session')!;
+      const keys = await raw.keys(`${issuer.prefix}session:*`);
+      expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
+      expect(keys.some((key) => key.includes(value))).toBe(false);
+    } finally {
+      raw.disconnect();
+    }
   });
 
   it('a cookie value this deployment never minted is ignored', async () => {

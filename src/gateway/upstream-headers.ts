@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { GatewayConfig } from '../config/schema.js';
 import { HOP_BY_HOP, namedByConnection } from '../http/hop-by-hop.js';
+import { withoutSessionCookie } from '../http/session-cookie.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 
 /** Forwarding headers a client could forge; replaced by the gateway's own unless server.trustProxy. */
@@ -85,6 +86,12 @@ export function compileHeaderRules(gateway: GatewayConfig, trustProxy: boolean):
         if (lower === 'content-length' && bodyLength !== undefined) continue;
         if (lower.includes('_') && spoofable.has(lower.replaceAll('_', '-'))) continue;
         if (named !== null && named.has(lower)) continue;
+        if (lower === 'cookie') {
+          // The sign-in session is the issuer's: over https its cookie has Path=/ (__Host-), and no API gets it.
+          const cookie = withoutSessionCookie(raw[index + 1]!);
+          if (cookie !== null) headers.push(name, cookie);
+          continue;
+        }
         headers.push(name, raw[index + 1]!);
       }
       return headers;
