@@ -168,5 +168,5 @@ describe.each([
       await pool.close();
       redis?.disconnect();
     }
-  }, 300_000);
+  }, 480_000);
 });
