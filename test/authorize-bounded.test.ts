@@ -159,8 +159,6 @@ describe.each([
 
       for (const kind of kinds) expect(Object.fromEntries(answers.get(kind.name)!)).toEqual({ [`${kind.status} as documented`]: REQUESTS / kinds.length });
       const rssAfter = rssMiB(serve.child.pid!);
-      // Printed for the record (docs/issuer.md quotes a run); the bound is the assertion.
-      console.log(`${name}: RSS ${rssBefore.toFixed(1)} -> ${rssAfter.toFixed(1)} MiB over ${REQUESTS} requests`);
       expect(rssAfter - rssBefore, `RSS ${rssBefore.toFixed(1)} -> ${rssAfter.toFixed(1)} MiB`).toBeLessThan(10);
       // The one signed-in session (and its code) are what the sign-in stored; the flood stored nothing.
       if (redis !== null) expect((await keyCount()) - keysBefore).toBeLessThanOrEqual(3);
