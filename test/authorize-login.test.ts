@@ -39,11 +39,13 @@ function expectThrottled(response: PageResponse): void {
 describe('login throttle', () => {
   let issuer: RunningTokengate;
   let sidecar: RunningTokengate;
+  // Each attempt costs a scrypt run at N=2^17 (docs/issuer.md#password-hashes): several seconds each on a loaded machine.
+  const SIGN_IN_TIMEOUT = 90_000;
 
   beforeAll(async () => {
     const settings = {
       server: { trustProxy: ['loopback'] },
-      issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 60 } },
+      issuer: { loginThrottle: { maxAttemptsPerAccount: 3, maxAttemptsPerAddress: 5, windowSeconds: 600 } },
     };
     issuer = await startTokengate('throttle', { config: settings });
     // A second sidecar on the same store: the counts are shared.
@@ -61,34 +63,50 @@ describe('login throttle', () => {
     await issuer?.close();
   });
 
-  it('per account: after the limit even the right password gets 429, from any address and any sidecar', async () => {
-    for (const address of ['10.1.0.1', '10.1.0.2', '10.1.0.3']) expectIncorrect(await attemptLogin(from(issuer, address), 'a@example.com', 'wrong'));
-    expectThrottled(await attemptLogin(from(issuer, '10.1.0.4'), 'a@example.com', 'password-a'));
-    expectThrottled(await attemptLogin(from(issuer, '10.1.0.5'), 'A@Example.com', 'password-a'));
-    expectThrottled(await attemptLogin(from(sidecar, '10.1.0.6'), 'a@example.com', 'password-a'));
-  });
+  it(
+    'per account: after the limit even the right password gets 429, from any address and any sidecar',
+    async () => {
+      for (const address of ['10.1.0.1', '10.1.0.2', '10.1.0.3']) expectIncorrect(await attemptLogin(from(issuer, address), 'a@example.com', 'wrong'));
+      expectThrottled(await attemptLogin(from(issuer, '10.1.0.4'), 'a@example.com', 'password-a'));
+      expectThrottled(await attemptLogin(from(issuer, '10.1.0.5'), 'A@Example.com', 'password-a'));
+      expectThrottled(await attemptLogin(from(sidecar, '10.1.0.6'), 'a@example.com', 'password-a'));
+    },
+    SIGN_IN_TIMEOUT,
+  );
 
-  it("per account: a successful login clears the account's count", async () => {
-    const client = from(issuer, '10.2.0.1');
-    for (let attempt = 0; attempt < 2; attempt += 1) expectIncorrect(await attemptLogin(client, 'b@example.com', 'wrong'));
-    expect((await attemptLogin(client, 'b@example.com', 'password-b')).status).toBe(303);
-    const fresh = from(issuer, '10.2.0.2');
-    for (let attempt = 0; attempt < 3; attempt += 1) expectIncorrect(await attemptLogin(fresh, 'b@example.com', 'wrong'));
-    expectThrottled(await attemptLogin(fresh, 'b@example.com', 'wrong'));
-  });
+  it(
+    "per account: a successful login clears the account's count",
+    async () => {
+      const client = from(issuer, '10.2.0.1');
+      for (let attempt = 0; attempt < 2; attempt += 1) expectIncorrect(await attemptLogin(client, 'b@example.com', 'wrong'));
+      expect((await attemptLogin(client, 'b@example.com', 'password-b')).status).toBe(303);
+      const fresh = from(issuer, '10.2.0.2');
+      for (let attempt = 0; attempt < 3; attempt += 1) expectIncorrect(await attemptLogin(fresh, 'b@example.com', 'wrong'));
+      expectThrottled(await attemptLogin(fresh, 'b@example.com', 'wrong'));
+    },
+    SIGN_IN_TIMEOUT,
+  );
 
-  it('per address: failures with many e-mails from one address throttle that address only', async () => {
-    const address = '10.3.0.1';
-    for (let attempt = 0; attempt < 5; attempt += 1) expectIncorrect(await attemptLogin(from(issuer, address), `guess-${attempt}@example.com`, 'wrong'));
-    expectThrottled(await attemptLogin(from(issuer, address), 'c@example.com', 'password-c'));
-    expectThrottled(await attemptLogin(from(sidecar, address), 'c@example.com', 'password-c'));
-    expect((await attemptLogin(from(issuer, '10.3.0.2'), 'c@example.com', 'password-c')).status).toBe(303);
-  });
+  it(
+    'per address: failures with many e-mails from one address throttle that address only',
+    async () => {
+      const address = '10.3.0.1';
+      for (let attempt = 0; attempt < 5; attempt += 1) expectIncorrect(await attemptLogin(from(issuer, address), `guess-${attempt}@example.com`, 'wrong'));
+      expectThrottled(await attemptLogin(from(issuer, address), 'c@example.com', 'password-c'));
+      expectThrottled(await attemptLogin(from(sidecar, address), 'c@example.com', 'password-c'));
+      expect((await attemptLogin(from(issuer, '10.3.0.2'), 'c@example.com', 'password-c')).status).toBe(303);
+    },
+    SIGN_IN_TIMEOUT,
+  );
 
-  it("per address: successful logins do not use up the address's allowance (a shared office address keeps working)", async () => {
-    const address = '10.4.0.1';
-    for (let attempt = 0; attempt < 7; attempt += 1) expect((await attemptLogin(from(issuer, address), 'c@example.com', 'password-c')).status).toBe(303);
-  });
+  it(
+    "per address: successful logins do not use up the address's allowance (a shared office address keeps working)",
+    async () => {
+      const address = '10.4.0.1';
+      for (let attempt = 0; attempt < 7; attempt += 1) expect((await attemptLogin(from(issuer, address), 'c@example.com', 'password-c')).status).toBe(303);
+    },
+    SIGN_IN_TIMEOUT,
+  );
 
   it('keeps the counts in the store under digests, never under the e-mail', async () => {
     const raw = rawRedis();

@@ -240,9 +240,25 @@ describe('the sign-in page', () => {
 
     const secure = await startTokengate('authorize-https', { sharing: issuer, config: { issuer: { issuerUrl: 'https://auth.example' } } });
     try {
-      const response = await new FormClient(secure.baseUrl).get(authorizePath(request()));
-      expect(response.headers.getSetCookie()[0]).toMatch(/; Secure(;|$)/);
+      const client = new FormClient(secure.baseUrl);
+      const response = await client.get(authorizePath(request()));
+      // Over https: __Host- (only this host may set it, not a sibling subdomain), so Path=/ and Secure.
+      expect(response.headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=[A-Za-z0-9_-]{43}; Max-Age=3600; Path=\/; HttpOnly; Secure; SameSite=Lax$/);
       expect(response.text).toContain('<footer class="foot">Secure sign-in · auth.example</footer>');
+      // Every step reads and sets that cookie: sign in, consent, switch account (which clears it with the same attributes).
+      const signedIn = await client.post('/oauth/authorize/login', { ...formFields(response.text), email: EMAIL, password: PASSWORD });
+      expect(signedIn.status).toBe(303);
+      expect(signedIn.headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=[A-Za-z0-9_-]{43}; Max-Age=3600; Path=\/; HttpOnly; Secure; SameSite=Lax$/);
+      const consent = await client.follow(signedIn);
+      expect(consent.text).toContain('wants to access your');
+      const switched = await client.post('/oauth/authorize/switch-account', formFields(consent.text));
+      expect(switched.headers.getSetCookie()[0]).toMatch(
+        /^__Host-tokengate_session=; Max-Age=0; Path=\/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; Secure; SameSite=Lax$/,
+      );
+      // The plain name is not read over https: a cookie a sibling could plant counts for nothing.
+      const planted = new FormClient(secure.baseUrl);
+      planted.cookies.set('tokengate_session', client.cookies.get('__Host-tokengate_session') ?? 'x');
+      expect((await planted.get(authorizePath(request()))).headers.getSetCookie()[0]).toMatch(/^__Host-tokengate_session=/);
     } finally {
       await secure.close();
     }
@@ -350,9 +366,14 @@ describe("CSRF: every form needs the session's own token", () => {
     const xml = await post('application/xml', '<login/>');
     expect(xml.status).toBe(415);
     expect(xml.headers.get('content-type')).toBe('text/html; charset=utf-8');
-    // text/plain is what a cross-site form can send: it carries no fields, so no CSRF token either.
-    const text = await post('text/plain', 'csrf_token=x');
-    expect(text.status).toBe(403);
+    // Only a form is read: JSON and text/plain (what a cross-site page can send without a
+    // preflight) are 415 even when they carry the form's fields.
+    const fields = formFields((await client.get(authorizePath(request()))).text);
+    const json = await post('application/json', JSON.stringify({ ...fields, email: EMAIL, password: PASSWORD }));
+    expect(json.status).toBe(415);
+    expect(await json.text()).toContain('application/x-www-form-urlencoded');
+    const text = await post('text/plain', new URLSearchParams({ ...fields, email: EMAIL, password: PASSWORD }).toString());
+    expect(text.status).toBe(415);
     const huge = await post('application/x-www-form-urlencoded', `email=${'a'.repeat(20_000)}`);
     expect(huge.status).toBe(413);
     expect(await huge.text()).toContain('too large');
@@ -376,19 +397,24 @@ describe('sessions', () => {
     const attackerView = await attacker.get(authorizePath(request()));
     expect(attackerView.text).toContain('Sign in');
     expect(attackerView.text).not.toContain('wants to access');
-    // The old session's CSRF token died with it.
-    const stale = await attacker.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
-    expectErrorPage(stale, 403, 'This page has expired');
   });
 
-  it('are kept in the store under a digest of the cookie, never the cookie value', async () => {
+  it('are kept in the store under a digest of the cookie, never the cookie value, and only once signed in', async () => {
     const client = browser();
     await client.get(authorizePath(request()));
-    const value = client.cookies.get('tokengate_session')!;
+    const anonymous = client.cookies.get('tokengate_session')!;
     const raw = rawRedis();
-    const keys = await raw.keys(`${issuer.prefix}session:*`).finally(() => raw.disconnect());
-    expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
-    expect(keys.some((key) => key.includes(value))).toBe(false);
+    try {
+      // The sign-in page stores nothing: its form carries the request.
+      expect(await raw.keys(`${issuer.prefix}session:${tokenDigest(anonymous)}`)).toEqual([]);
+      await signIn(client);
+      const value = client.cookies.get('tokengate_session')!;
+      const keys = await raw.keys(`${issuer.prefix}session:*`);
+      expect(keys).toContain(`${issuer.prefix}session:${tokenDigest(value)}`);
+      expect(keys.some((key) => key.includes(value))).toBe(false);
+    } finally {
+      raw.disconnect();
+    }
   });
 
   it('a cookie value this deployment never minted is ignored', async () => {
@@ -430,8 +456,10 @@ describe('consent', () => {
     expect(approved.headers.get('referrer-policy')).toBe('no-referrer');
     expect(approved.headers.get('cache-control')).toBe('no-store');
     const answer = redirectedTo(approved, `${REDIRECT_URI}?code=`);
-    expect([...answer.keys()]).toEqual(['code', 'state']);
+    expect([...answer.keys()]).toEqual(['code', 'state', 'iss']);
     expect(answer.get('state')).toBe('state-123');
+    // RFC 9207: the issuer identifier, as the metadata's `issuer` says it.
+    expect(answer.get('iss')).toBe(issuer.tokengate.context.config.issuer.issuerUrl);
     const code = answer.get('code')!;
     expect(issuer.tokengate.context.minter.hasValidTag(code)).toBe(true);
 
@@ -465,7 +493,7 @@ describe('consent', () => {
     const client = browser();
     const consent = await signIn(client, request({ redirect_uri: REDIRECT_WITH_QUERY, state: 'a b&c=d' }));
     const approved = await client.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-    expect(approved.location!).toMatch(/^https:\/\/app\.example\/cb\?tenant=a%20b&x=1&code=[A-Za-z0-9_-]{43}&state=a\+b%26c%3Dd$/);
+    expect(approved.location!).toMatch(/^https:\/\/app\.example\/cb\?tenant=a%20b&x=1&code=[A-Za-z0-9_-]{43}&state=a\+b%26c%3Dd&iss=[^&]+$/);
     expect(redirectedTo(approved, REDIRECT_WITH_QUERY).get('state')).toBe('a b&c=d');
   });
 
@@ -490,6 +518,7 @@ describe('consent', () => {
     const answer = redirectedTo(denied, `${REDIRECT_URI}?error=access_denied`);
     expect(answer.get('state')).toBe('state-123');
     expect(answer.get('error_description')).toBe('The user denied the request.');
+    expect(answer.get('iss')).toBe(issuer.tokengate.context.config.issuer.issuerUrl);
     expect(answer.has('code')).toBe(false);
   });
 

@@ -184,6 +184,10 @@ describe('with the memory store (a single instance)', () => {
       const pages = await Promise.all(Array.from({ length: 20 }, () => authorizationPage(alone, clientId)));
       expect(pages.map((page) => page.status)).toEqual(Array(20).fill(200));
       expect(documents.requestsOf('/memory.json')).toBe(1);
+      // An entry naming one client id allows that id only, not the URLs below it.
+      const below = publish(`${origin('added.test')}/memory.json/more.json`);
+      expect((await authorizationPage(alone, below)).status).toBe(400);
+      expect(documents.requestsOf('/memory.json/more.json')).toBe(0);
     } finally {
       await alone.close();
     }

@@ -198,8 +198,7 @@ describe('the issuer', () => {
     const keys = await keyPair('EdDSA');
     const dpop = oauth.DPoP(client, keys);
     const verifier = oauth.generateRandomCodeVerifier();
-    const code = await authorizeWithDpopJkt(verifier, await dpop.calculateThumbprint());
-    const callback = oauth.validateAuthResponse(as, client, new URL(`${REDIRECT_URI}?code=${code}`), oauth.expectNoState);
+    const callback = oauth.validateAuthResponse(as, client, await authorizeWithDpopJkt(verifier, await dpop.calculateThumbprint()), oauth.expectNoState);
     const { result: exchanged } = await withNonce(async () =>
       oauth.processAuthorizationCodeResponse(
         as,
@@ -280,8 +279,12 @@ describe('the issuer', () => {
   it('refuses to redeem a code asked for with dpop_jkt with a proof by another key', async () => {
     const client: oauth.Client = { client_id: fanApp.clientId };
     const verifier = oauth.generateRandomCodeVerifier();
-    const code = await authorizeWithDpopJkt(verifier, await oauth.DPoP(client, await keyPair()).calculateThumbprint());
-    const callback = oauth.validateAuthResponse(as, client, new URL(`${REDIRECT_URI}?code=${code}`), oauth.expectNoState);
+    const callback = oauth.validateAuthResponse(
+      as,
+      client,
+      await authorizeWithDpopJkt(verifier, await oauth.DPoP(client, await keyPair()).calculateThumbprint()),
+      oauth.expectNoState,
+    );
     const other = oauth.DPoP(client, await keyPair());
     const error = await withNonce(async () =>
       oauth.processAuthorizationCodeResponse(
@@ -330,8 +333,11 @@ function tokenRequest(dpop: string): Promise<Response> {
   });
 }
 
-/** The authorization endpoint with PKCE and dpop_jkt, signed in and approved as a user would; the code it redirects with. */
-async function authorizeWithDpopJkt(verifier: string, jkt: string): Promise<string> {
+/**
+ * The authorization endpoint with PKCE and dpop_jkt, signed in and approved as a user would; the
+ * callback it redirects to, as the page wrote it (the code, and the issuer's RFC 9207 iss).
+ */
+async function authorizeWithDpopJkt(verifier: string, jkt: string): Promise<URL> {
   const browser = new FormClient(first.baseUrl, { 'x-forwarded-for': `10.${randomBytes(3).join('.')}` });
   const parameters = {
     client_id: fanApp.clientId,
@@ -345,8 +351,7 @@ async function authorizeWithDpopJkt(verifier: string, jkt: string): Promise<stri
   const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD });
   const consent = await browser.follow(signedIn);
   const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-  const location = new URL(approved.location!);
-  return location.searchParams.get('code')!;
+  return new URL(approved.location!);
 }
 
 describe('the gateway refuses, and forwards nothing', () => {

@@ -94,6 +94,19 @@ describe('the credential never reaches the upstream', () => {
     expect(JSON.stringify(received)).not.toContain(token);
   });
 
+  it("keeps the sign-in session cookie (Path=/ over https) from the API, and the client's other cookies as sent", async () => {
+    const token = await gateway.issue();
+    for (const [cookie, forwarded] of [
+      ['__Host-tokengate_session=abc; theme=dark; cart=1', 'theme=dark; cart=1'],
+      ['theme=dark;__Host-tokengate_session=abc', 'theme=dark'],
+      ['tokengate_session=abc', undefined],
+      ['theme=dark; lang=en', 'theme=dark; lang=en'],
+    ] as const) {
+      expect((await send('/api/public/me', { headers: ['Authorization', `Bearer ${token}`, 'Cookie', cookie] })).status).toBe(200);
+      expect(lastReceived().headers.cookie).toBe(forwarded);
+    }
+  });
+
   it('removes every access_token query parameter and keeps the rest of the query byte for byte', async () => {
     const token = await gateway.issue();
     for (const [query, forwarded] of [

@@ -305,6 +305,7 @@ describe('GET /.well-known/oauth-authorization-server (RFC 8414)', () => {
       grant_types_supported: ['authorization_code', 'client_credentials', 'refresh_token'],
       response_types_supported: ['code'],
       code_challenge_methods_supported: ['S256'],
+      authorization_response_iss_parameter_supported: true,
       token_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
       revocation_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post', 'none'],
       introspection_endpoint_auth_methods_supported: ['client_secret_basic', 'client_secret_post'],

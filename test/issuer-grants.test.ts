@@ -258,6 +258,36 @@ describe('refresh_token', () => {
     await expectTokens(await refresh(app, first.refresh_token!));
   });
 
+  it("gives at most the application's scopes of today: a scope taken from it leaves the grant for good, and a grant with none left is revoked", async () => {
+    const shrinking = await registerApplication(running.store, { scopes: ['public', 'write'] });
+    const registered = (await running.store.applications.get(shrinking.clientId))!;
+    const { code } = await issueAuthorizationCode(running, shrinking, userId, { scopes: ['public', 'write'] });
+    const first = await expectTokens(await exchange(shrinking, code));
+    expect(first.scope).toBe('public write');
+
+    // The operator takes `write` from the application (apps update --scopes public).
+    await running.store.applications.put({ ...registered, scopes: ['public'] });
+    const second = await expectTokens(await refresh(shrinking, first.refresh_token!));
+    expect(second.scope).toBe('public');
+    expect((await running.store.tokens.getAccessToken(tokenDigest(second.access_token)))?.scopes).toEqual(['public']);
+    expect((await running.store.tokens.getRefreshToken(tokenDigest(second.refresh_token!)))?.scopes).toEqual(['public']);
+    // Asking for it is too wide a scope now, and spends nothing.
+    await expectError(await refresh(shrinking, second.refresh_token!, { scope: 'write' }), 400, 'invalid_scope');
+    expect(await isLiveRefresh(second.refresh_token!)).toBe(true);
+
+    // Given back to the application, it does not grow back into the grant: the user consents again for it.
+    await running.store.applications.put({ ...registered, scopes: ['public', 'write'] });
+    const third = await expectTokens(await refresh(shrinking, second.refresh_token!));
+    expect(third.scope).toBe('public');
+
+    // Nothing of the grant left to the application: refused, and the family revoked.
+    await running.store.applications.put({ ...registered, scopes: ['write'] });
+    const description = await expectError(await refresh(shrinking, third.refresh_token!), 400, 'invalid_grant');
+    expect(description).toContain('authorize it again');
+    expect(await isLive(third.access_token)).toBe(false);
+    expect(await isLiveRefresh(third.refresh_token!)).toBe(false);
+  });
+
   it('refuses a refresh token of another client and revokes its family, since it leaked', async () => {
     const first = await grant(app);
     await expectError(await refresh(otherApp, first.refresh_token!), 400, 'invalid_grant');

@@ -1,7 +1,8 @@
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { issueAuthorizationCode, registerApplication, registerUser, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { createUser, FormClient, signInAndApprove } from './support/issuer.js';
+import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { freePort } from './support/ports.js';
 
 /**
@@ -14,7 +15,9 @@ let running: RunningTokengate;
 let as: oauth.AuthorizationServer;
 let confidential: TestApplication;
 let publicApp: TestApplication;
-let userId: string;
+const userId = 'user-oauth4webapi';
+const EMAIL = 'oauth4webapi@example.com';
+const PASSWORD = 'correct horse battery';
 
 beforeAll(async () => {
   const port = await freePort();
@@ -23,26 +26,65 @@ beforeAll(async () => {
   as = await oauth.processDiscoveryResponse(issuer, await oauth.discoveryRequest(issuer, { algorithm: 'oauth2', ...insecure }));
   confidential = await registerApplication(running.store);
   publicApp = await registerApplication(running.store, { confidential: false, redirectUri: 'http://127.0.0.1:9999/callback' });
-  userId = await registerUser(running.store);
+  await createUser(running.store, userId, EMAIL, PASSWORD);
 });
 afterAll(async () => {
   await running.close();
 });
 
-/** The authorization step, as /oauth/authorize completes it: a code bound to the library's PKCE challenge. */
+/** The URL of the authorization request the library's client sends the user to. */
+async function authorizationUrl(application: TestApplication, codeVerifier: string): Promise<URL> {
+  const url = new URL(as.authorization_endpoint!);
+  url.search = new URLSearchParams({
+    client_id: application.clientId,
+    redirect_uri: application.redirectUri,
+    response_type: 'code',
+    code_challenge: await oauth.calculatePKCECodeChallenge(codeVerifier),
+    code_challenge_method: 'S256',
+  }).toString();
+  return url;
+}
+
+/**
+ * The authorization step through the real pages (sign in, approve), and the callback checked by
+ * the library, which holds tokengate to its metadata: with `authorization_response_iss_parameter_supported`
+ * it refuses a response without `iss`, or with another issuer's (RFC 9207).
+ */
 async function authorize(application: TestApplication, codeVerifier: string): Promise<URLSearchParams> {
-  const { code } = await issueAuthorizationCode(running, application, userId, {
-    codeChallenge: await oauth.calculatePKCECodeChallenge(codeVerifier),
-    codeChallengeMethod: 'S256',
-  });
+  const url = await authorizationUrl(application, codeVerifier);
+  const { location } = await signInAndApprove(new FormClient(running.baseUrl), url.pathname + url.search, EMAIL, PASSWORD);
   const client: oauth.Client = { client_id: application.clientId };
-  return oauth.validateAuthResponse(as, client, new URL(`${application.redirectUri}?code=${code}`), oauth.expectNoState);
+  return oauth.validateAuthResponse(as, client, location, oauth.expectNoState);
 }
 
 describe('oauth4webapi against tokengate', () => {
   it('discovers the endpoints', () => {
     expect(as.token_endpoint).toBe(`${running.baseUrl}/oauth/token`);
     expect(as.code_challenge_methods_supported).toEqual(['S256']);
+    expect(as.authorization_response_iss_parameter_supported).toBe(true);
+  });
+
+  it('names the issuer in every authorization response (RFC 9207), and the library holds it to that', async () => {
+    const client: oauth.Client = { client_id: confidential.clientId };
+    const callback = await authorize(confidential, oauth.generateRandomCodeVerifier());
+    expect(callback.get('iss')).toBe(running.baseUrl);
+
+    // An error redirect names it too: the library gets past its issuer check to the error itself.
+    const url = await authorizationUrl(confidential, oauth.generateRandomCodeVerifier());
+    url.searchParams.set('scope', 'not-a-scope');
+    const refused = await fetch(url, { redirect: 'manual' });
+    const location = new URL(refused.headers.get('location')!);
+    expect(location.searchParams.get('iss')).toBe(running.baseUrl);
+    const error = await Promise.resolve()
+      .then(() => oauth.validateAuthResponse(as, client, location, oauth.expectNoState))
+      .catch((caught: unknown) => caught);
+    expect(error).toBeInstanceOf(oauth.AuthorizationResponseError);
+    expect(error).toMatchObject({ error: 'invalid_scope' });
+
+    // A response another authorization server sent (a mix-up) is refused by its iss.
+    const mixedUp = new URL(location);
+    mixedUp.search = new URLSearchParams({ code: 'x', iss: 'https://attacker.example' }).toString();
+    expect(() => oauth.validateAuthResponse(as, client, mixedUp, oauth.expectNoState)).toThrow(/iss/);
   });
 
   it('completes client_credentials with client_secret_basic and client_secret_post', async () => {

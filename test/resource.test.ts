@@ -314,6 +314,37 @@ describe('the authorization code and refresh grants', () => {
     expect(((await outside.json()) as { error: string }).error).toBe('invalid_target');
   });
 
+  it('a refresh gives at most the resources the application may use today: one taken from it is gone from the grant, and the gateway refuses the new token there', async () => {
+    const application = await registerApplication(running.store, { scopes: ['public'] });
+    const userId = await registerUser(running.store);
+    const { code } = await issueAuthorizationCode(running, application, userId, { audience: [USER_API, ORGANIZER_API] });
+    const first = (await (await tokenRequest(application, { grant_type: 'authorization_code', code, redirect_uri: application.redirectUri })).json()) as {
+      refresh_token: string;
+    };
+    expect((await admin('PATCH', `/applications/${application.clientId}`, { resources: [ORGANIZER_API] })).status).toBe(200);
+    const refreshed = await tokenRequest(application, { grant_type: 'refresh_token', refresh_token: first.refresh_token });
+    expect(refreshed.status).toBe(200);
+    const second = (await refreshed.json()) as { access_token: string; refresh_token: string };
+    expect(await introspect(application, second.access_token)).toMatchObject({ aud: [ORGANIZER_API] });
+    expect(await introspect(application, second.refresh_token)).toMatchObject({ aud: [ORGANIZER_API] });
+    expect((await fetch(`${running.baseUrl}/api/public/me`, { headers: bearer(second.access_token) })).status).toBe(401);
+    expect((await fetch(`${running.baseUrl}/organizer/events`, { headers: bearer(second.access_token) })).status).toBe(200);
+    // Naming the resource taken away is invalid_target, and spends nothing.
+    const named = await tokenRequest(application, { grant_type: 'refresh_token', refresh_token: second.refresh_token, resource: USER_API });
+    expect(((await named.json()) as { error: string }).error).toBe('invalid_target');
+    // A grant for the user API alone has nothing left once the application may use only the organizer API: revoked.
+    const { code: userOnly } = await issueAuthorizationCode(running, application, userId, { audience: [USER_API] });
+    const grant = (await (
+      await tokenRequest(application, { grant_type: 'authorization_code', code: userOnly, redirect_uri: application.redirectUri })
+    ).json()) as {
+      refresh_token: string;
+    };
+    const emptied = await tokenRequest(application, { grant_type: 'refresh_token', refresh_token: grant.refresh_token });
+    expect(emptied.status).toBe(400);
+    expect(((await emptied.json()) as { error: string }).error).toBe('invalid_grant');
+    expect(await introspect(application, grant.refresh_token)).toEqual({ active: false });
+  });
+
   it('a refresh token issued before resources were configured is given the application default', async () => {
     const application = await registerApplication(running.store, { scopes: ['public'] });
     const userId = await registerUser(running.store);

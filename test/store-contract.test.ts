@@ -190,6 +190,16 @@ describe.each(stores)('users port contract: %s', (_name, _driver, open) => {
     expect(await subject.store.users.findByEmail('ana@example.com')).toBeNull();
     expect(await subject.store.users.create({ ...user, id: randomUUID() })).toBe(true);
   });
+
+  it('replaces a password hash only while the user still has the one it was checked against', async () => {
+    const user = { id: randomUUID(), email: 'rehash@example.com', passwordHash: 'scrypt$old', createdAt: 1 };
+    await subject.store.users.create(user);
+    expect(await subject.store.users.replacePasswordHash(user.id, 'scrypt$other', 'scrypt$new')).toBe(false);
+    expect((await subject.store.users.get(user.id))?.passwordHash).toBe('scrypt$old');
+    expect(await subject.store.users.replacePasswordHash(user.id, 'scrypt$old', 'scrypt$new')).toBe(true);
+    expect(await subject.store.users.findByEmail('rehash@example.com')).toEqual({ ...user, passwordHash: 'scrypt$new' });
+    expect(await subject.store.users.replacePasswordHash('nobody', 'scrypt$old', 'scrypt$new')).toBe(false);
+  });
 });
 
 describe.each(stores)('authorization codes port contract: %s', (_name, _driver, open) => {

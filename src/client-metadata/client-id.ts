@@ -75,12 +75,22 @@ export function canonicalAllowEntry(value: string): string {
 }
 
 /**
- * Whether an entry allows a client id: the id itself, or an id under it by whole path segments
- * (`https://apps.example/clients` does not allow `https://apps.example/clients-evil/x`).
+ * Whether an entry allows a client id. An origin allows every id on it and a prefix ending in
+ * `/` every id under it (by whole path segments: `https://apps.example/clients/` does not allow
+ * `https://apps.example/clients-evil/x`); any other entry names one client id, and allows that
+ * id only: an operator who listed `https://partner.example/client.json` vouched for that
+ * document, not for whatever the partner's server answers at `.../client.json/more.json`.
  */
 export function allows(entry: string, clientId: string): boolean {
   if (clientId === entry) return true;
-  return clientId.startsWith(entry.endsWith('/') ? entry : `${entry}/`);
+  if (entry.endsWith('/')) return clientId.startsWith(entry);
+  return isOriginEntry(entry) && clientId.startsWith(`${entry}/`);
+}
+
+/** An entry that is an origin: kept without its trailing `/` (canonicalAllowEntry), so it has no path at all. */
+function isOriginEntry(entry: string): boolean {
+  const url = parse(entry);
+  return url !== null && url.origin === entry;
 }
 
 function parse(value: string): URL | null {

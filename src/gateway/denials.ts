@@ -71,7 +71,15 @@ export const DENIALS = {
     challenge: 'error',
     outcome: 'denied',
     description:
-      'A parameter that servers read as access_token (ACCESS_TOKEN, access_token[]) is not accepted; send the token as access_token or in an Authorization header.',
+      'A parameter that servers read as access_token (ACCESS_TOKEN, access_token[], one after a ";") is not accepted; send the token as access_token or in an Authorization header.',
+  },
+  multipart_body: {
+    code: 'INVALID_REQUEST',
+    challenge: 'error',
+    outcome: 'denied',
+    description:
+      'This route takes access tokens from request bodies, so it does not accept multipart/form-data bodies; send a form or JSON body, or the token in an Authorization header to a route that does not read bodies.',
+    only: 'gateway',
   },
   query_token_not_allowed: {
     code: 'INVALID_REQUEST',

@@ -15,12 +15,14 @@ import type { RouteDenialReason } from './denials.js';
  *   silently stripped;
  * - the `access_token` parameter of an `application/x-www-form-urlencoded` (2.2) or
  *   `application/json` body of a POST request, on routes that accept body tokens. Only such a
- *   body is read (up to server.bodyLimit); every other body streams to the upstream untouched.
+ *   body is read (up to server.bodyLimit); a `multipart/form-data` POST body is refused there;
+ *   every other body streams to the upstream untouched.
  * - the `Authorization: DPoP <token>` header of RFC 9449 section 7.1, with the request's `DPoP`
  *   proof header (checked after the token, see src/dpop/resource-proof.ts).
  * Two methods at once, a repeated parameter or two Authorization headers: 400 invalid_request.
  * So is a query or form parameter that frameworks read as `access_token` although it is
- * spelled otherwise (`ACCESS_TOKEN`, `access_token[]`): it would reach the upstream unchecked.
+ * spelled otherwise (`ACCESS_TOKEN`, `access_token[]`, or after a `;`): it would reach the
+ * upstream unchecked.
  */
 export interface Credential {
   readonly token: string;
@@ -40,6 +42,7 @@ export type ExtractionFailure = Extract<
   | 'malformed_credential'
   | 'multiple_credentials'
   | 'credential_lookalike'
+  | 'multipart_body'
   | 'query_token_not_allowed'
   | 'query_token_wrong_method'
   | 'invalid_body'
@@ -62,6 +65,7 @@ const TOKEN_PARAMETER = 'access_token';
 const takeTokenParameter = parameterTaker(TOKEN_PARAMETER);
 const FORM = 'application/x-www-form-urlencoded';
 const JSON_TYPE = 'application/json';
+const MULTIPART = 'multipart/form-data';
 
 /**
  * The one credential of a request, or why there is none. Synchronous unless a body has to be
@@ -111,6 +115,10 @@ export function extractCredential(
 
   if (body !== null && route.allowBodyToken && request.method === 'POST') {
     const type = mediaType(request.headers['content-type']);
+    // Servers read multipart fields as parameters too (Rack, PHP, Django): an access_token field in
+    // one would reach the upstream unchecked, and multipart is not read here (no parser on the
+    // forwarding path, and uploads would be held to server.bodyLimit). Such routes refuse it.
+    if (type === MULTIPART) return 'multipart_body';
     if (type === FORM || type === JSON_TYPE)
       return extractFromBody(request, body, type, token === undefined ? undefined : { token, scheme, proof }, query, bodyLimit);
   }

@@ -2,6 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { TLSSocket } from 'node:tls';
 import type { GatewayConfig } from '../config/schema.js';
 import { HOP_BY_HOP, namedByConnection } from '../http/hop-by-hop.js';
+import { withoutSessionCookie } from '../http/session-cookie.js';
 import { forwardedChain, lastForwardedValue, type ProxyTrust } from '../http/trusted-proxies.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 
@@ -109,6 +110,12 @@ export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | n
         if (lower === 'content-length' && bodyLength !== undefined) continue;
         if (lower.includes('_') && spoofable.has(lower.replaceAll('_', '-'))) continue;
         if (named !== null && named.has(lower)) continue;
+        if (lower === 'cookie') {
+          // The sign-in session is the issuer's: over https its cookie has Path=/ (__Host-), and no API gets it.
+          const cookie = withoutSessionCookie(raw[index + 1]!);
+          if (cookie !== null) headers.push(name, cookie);
+          continue;
+        }
         headers.push(name, raw[index + 1]!);
       }
       return headers;

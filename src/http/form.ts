@@ -21,7 +21,9 @@ export interface TakenParameter {
   /**
    * A pair some server framework reads as `name` although it is spelled otherwise: another
    * letter case (`ACCESS_TOKEN`), a bracket suffix (`access_token[]`, `access_token[x]`: PHP and
-   * qs make those `name`), or `.` or a space where `name` has `_` (PHP's renaming).
+   * qs make those `name`), `.` or a space where `name` has `_` (PHP's renaming), or `name` after
+   * a `;` (`a=1;access_token=x`: Rack 2, Python before 3.9.2 and Go before 1.17 split pairs at
+   * `;` too, where the WHATWG rules read one pair `a` with the value `1;access_token=x`).
    */
   readonly lookalike: boolean;
 }
@@ -42,6 +44,7 @@ export function parameterTaker(name: string): ParameterTaker {
     const kept: string[] = [];
     let lookalike = false;
     for (const pair of encoded.split('&')) {
+      if (pair.includes(';') && hidesParameter(pair, name)) lookalike = true;
       const equals = pair.indexOf('=');
       const pairName = decodeFormComponent(equals === -1 ? pair : pair.slice(0, equals));
       if (pairName === name) {
@@ -53,6 +56,24 @@ export function parameterTaker(name: string): ParameterTaker {
     }
     return values.length === 0 && !lookalike ? null : { values, rest: kept.join('&'), lookalike };
   };
+}
+
+/**
+ * Whether a `&`-pair holds `name` (or a lookalike) as one of its `;`-separated pairs, as servers
+ * that split at `;` read it. The first of them is the pair's own name when `=` comes before the
+ * first `;`: that one is the WHATWG reading, judged by the caller.
+ */
+function hidesParameter(pair: string, name: string): boolean {
+  const segments = pair.split(';');
+  const equals = pair.indexOf('=');
+  const first = equals !== -1 && equals < pair.indexOf(';') ? 1 : 0;
+  for (let index = first; index < segments.length; index += 1) {
+    const segment = segments[index]!;
+    const segmentEquals = segment.indexOf('=');
+    const segmentName = decodeFormComponent(segmentEquals === -1 ? segment : segment.slice(0, segmentEquals));
+    if (segmentName !== undefined && (segmentName.trimStart() === name || readsAs(segmentName, name))) return true;
+  }
+  return false;
 }
 
 /** How lenient frameworks read a parameter name: case folded, leading spaces dropped, `.` and space as `_`, up to a `[`. */

@@ -22,8 +22,13 @@ export function registerMetadataEndpoint(scope: FastifyInstance, context: Tokeng
   });
 }
 
+/** The issuer identifier (RFC 8414 `issuer`, RFC 9207 `iss`): `issuer.issuerUrl` without a trailing slash. */
+export function issuerIdentifier(issuerUrl: string): string {
+  return issuerUrl.replace(/\/+$/, '');
+}
+
 export function authorizationServerMetadata(context: TokengateContext) {
-  const issuer = context.config.issuer.issuerUrl.replace(/\/+$/, '');
+  const issuer = issuerIdentifier(context.config.issuer.issuerUrl);
   const assertions = context.identityProviders.enabled;
   const secretMethods = CLIENT_AUTH_METHODS.filter((method) => method !== 'none');
   return {
@@ -36,6 +41,9 @@ export function authorizationServerMetadata(context: TokengateContext) {
     grant_types_supported: [...GRANT_TYPES.keys()].filter((type) => type !== JWT_BEARER_GRANT_TYPE || assertions),
     response_types_supported: ['code'],
     code_challenge_methods_supported: ['S256'],
+    // RFC 9207: every authorization response names its issuer, so a client that talks to several
+    // authorization servers (MCP clients do) can tell which one answered (mix-up defence, RFC 9700 4.4).
+    authorization_response_iss_parameter_supported: true,
     token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
     revocation_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHODS],
     introspection_endpoint_auth_methods_supported: secretMethods,

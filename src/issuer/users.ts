@@ -1,7 +1,7 @@
 import type { IssuerConfig } from '../config/schema.js';
 import { TokengateError } from '../errors.js';
 import type { Store } from '../store/store.js';
-import { decoyPasswordHash, verifyPassword } from './passwords.js';
+import { decoyPasswordHash, hashPassword, needsRehash, verifyPassword } from './passwords.js';
 
 /**
  * Where the authorization page checks e-mail and password. A real deployment has its users
@@ -35,7 +35,10 @@ function storeUserSource(store: Store): UserSource {
       // An unknown e-mail still costs one scrypt run, so response time does not tell which
       // e-mail addresses have accounts.
       const valid = await verifyPassword(password, user?.passwordHash ?? (await decoyPasswordHash()));
-      return valid && user !== null ? user.id : null;
+      if (!valid || user === null) return null;
+      // The one moment the password is known: a hash made at a lower cost is replaced by one at today's.
+      if (needsRehash(user.passwordHash)) await store.users.replacePasswordHash(user.id, user.passwordHash, await hashPassword(password));
+      return user.id;
     },
   };
 }

@@ -18,6 +18,11 @@ export interface Users {
   get(id: string): Promise<UserRecord | null>;
   findByEmail(email: string): Promise<UserRecord | null>;
   list(): Promise<UserRecord[]>;
+  /**
+   * Sets a new password hash when the user still has `previous` (a rehash at sign-in must not
+   * undo a password changed or a user deleted meanwhile). False when it did not.
+   */
+  replacePasswordHash(id: string, previous: string, next: string): Promise<boolean>;
   /** Removes the record alone; `deleteUserAndTokens` (./deletions.ts) also revokes their tokens. False when there was none. */
   delete(id: string): Promise<boolean>;
 }
@@ -46,6 +51,13 @@ export class MemoryUsers implements Users {
     return [...this.records.values()].map((user) => structuredClone(user));
   }
 
+  async replacePasswordHash(id: string, previous: string, next: string): Promise<boolean> {
+    const user = this.records.get(id);
+    if (user === undefined || user.passwordHash !== previous) return false;
+    user.passwordHash = next;
+    return true;
+  }
+
   async delete(id: string): Promise<boolean> {
     const user = this.records.get(id);
     if (user === undefined) return false;
@@ -54,6 +66,15 @@ export class MemoryUsers implements Users {
     return true;
   }
 }
+
+const SET_IF_EQUAL = {
+  numberOfKeys: 1,
+  lua: `
+-- KEYS[1]; ARGV[1] the value it must still hold; ARGV[2] the new value
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
+return 0
+`,
+} as const;
 
 const DELETE_IF_EQUAL = {
   numberOfKeys: 1,
@@ -68,6 +89,7 @@ return 0
 export class RedisUsers implements Users {
   constructor(private readonly door: RedisDoor) {
     door.defineScript('deleteIfEqual', DELETE_IF_EQUAL);
+    door.defineScript('setIfEqual', SET_IF_EQUAL);
   }
 
   async create(user: UserRecord): Promise<boolean> {
@@ -89,6 +111,14 @@ export class RedisUsers implements Users {
   async findByEmail(email: string): Promise<UserRecord | null> {
     const id = await this.door.read<string | null>('get', this.emailKey(email));
     return id === null ? null : this.get(id);
+  }
+
+  async replacePasswordHash(id: string, previous: string, next: string): Promise<boolean> {
+    const raw = await this.door.read<string | null>('get', this.recordKey(id));
+    const user = parse<UserRecord>(raw);
+    if (raw === null || user === null || user.passwordHash !== previous) return false;
+    // Set only over the record as read: a change in between wins.
+    return (await this.door.write<number>('setIfEqual', this.recordKey(id), raw, JSON.stringify({ ...user, passwordHash: next }))) === 1;
   }
 
   list(): Promise<UserRecord[]> {

@@ -59,6 +59,27 @@ describe('access_token in a form body or query, for any encoded string', () => {
   );
 
   it(
+    'notices an access_token (or a lookalike) that servers splitting pairs at ";" as well as "&" would read',
+    () =>
+      holds(
+        'body token: ";" separators',
+        fc.property(fc.array(fc.tuple(formPair, fc.constantFrom('&', ';')), { maxLength: 6 }), (parts) => {
+          const encoded = parts.map(([pair, separator], index) => `${index === 0 ? '' : separator}${pair}`).join('');
+          const nameOf = (pair: string) => decodeFormComponent(pair.includes('=') ? pair.slice(0, pair.indexOf('=')) : pair);
+          const whatwg = encoded.split('&').filter((pair) => nameOf(pair) === TOKEN).length;
+          const bySemicolon = encoded.split(/[&;]/);
+          const smuggled =
+            bySemicolon.filter((pair) => nameOf(pair) === TOKEN).length > whatwg ||
+            bySemicolon.some((pair) => LOOKALIKES.some((name) => pair === name || pair.startsWith(`${name}=`)));
+          if (smuggled) expect(takeToken(encoded)?.lookalike).toBe(true);
+          return true;
+        }),
+        1_000,
+      ),
+    PROPERTY_TIMEOUT,
+  );
+
+  it(
     'never throws, whatever the bytes',
     () =>
       holds(

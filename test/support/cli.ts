@@ -4,6 +4,12 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
 const ROOT = resolve(import.meta.dirname, '../..');
+/**
+ * The NODE_OPTIONS the image gives each process (the Dockerfile's): memory is judged as it ships.
+ * Under node's default limit (a quarter of this machine's memory) V8 grows a busy heap lazily.
+ */
+export const IMAGE_NODE_OPTIONS = /^\s*(?:ENV\s+)?NODE_OPTIONS="([^"]*)"/m.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))![1]!;
+
 /** The CLI from source (tsx), so tests need no build step and run what the tree says. */
 const CLI = ['--import', 'tsx', join(ROOT, 'src/main.ts')];
 

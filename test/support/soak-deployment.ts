@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { createTokenMinter, decodeTagKey, generateTagKey, type TokenMinter } from '../../src/token/token-value.js';
-import { startServe, tempConfigs, type ServeProcess, type TempConfigs } from './cli.js';
+import { IMAGE_NODE_OPTIONS, startServe, tempConfigs, type ServeProcess, type TempConfigs } from './cli.js';
 import { startUpstream, type Upstream } from './gateway.js';
 import { registerApplication, type TestApplication } from './instance.js';
 import { createUser } from './issuer.js';
@@ -80,13 +80,6 @@ function sidecarConfig(options: {
     route(ROUTES.counted),
   ].join('\n');
 }
-
-/**
- * The heap the image gives each process (the Dockerfile's NODE_OPTIONS): memory is judged as it
- * ships. Under node's default limit (a quarter of this machine's memory) V8 grows a busy worker's
- * heap lazily, tens of MB in minutes, which reads as growth without being a leak.
- */
-const IMAGE_NODE_OPTIONS = /^\s*(?:ENV\s+)?NODE_OPTIONS="([^"]*)"/m.exec(readFileSync(new URL('../../Dockerfile', import.meta.url), 'utf8'))![1]!;
 
 async function startSidecar(
   name: string,

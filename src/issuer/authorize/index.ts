@@ -11,10 +11,12 @@ import { tokenDigest } from '../../token/token-value.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { audienceOf } from '../issue-tokens.js';
 import { clientFinder } from '../clients.js';
+import { issuerIdentifier } from '../metadata-endpoint.js';
 import { createUserSource } from '../users.js';
 import { LoginThrottle } from './login-throttle.js';
 import { AuthorizationRedirectError, authorizationPath, redirectUriWith, validateAuthorizationRequest, type AuthorizationRequest } from './request.js';
 import { Sessions, csrfTokenMatches, type PendingAuthorization, type Session } from './session.js';
+import { SignInForms } from './sign-in-form.js';
 import {
   consentPage,
   contentSecurityPolicy,
@@ -33,7 +35,9 @@ import {
  *   POST /oauth/authorize/login            check the form -> throttle -> check credentials -> new session -> back to GET
  *   POST /oauth/authorize/decision         check the form -> check the request again -> code or access_denied to the application
  *   POST /oauth/authorize/switch-account   check the form -> end the session -> back to GET (sign-in page)
- * Every form is checked the same way: a live session, its CSRF token, a pending request of it.
+ * The sign-in form carries its request MAC'd and a CSRF token bound to the browser's cookie
+ * (nothing is stored before sign-in); the consent page's forms are checked against the signed-in
+ * session: its CSRF token, a pending request of it.
  */
 
 /** Sign-in and consent forms are a few hundred bytes; nothing larger is read. */
@@ -42,6 +46,10 @@ const FORM_BODY_LIMIT = 16_384;
 export async function registerAuthorization(app: FastifyInstance, context: TokengateContext): Promise<void> {
   await app.register(async (scope) => {
     await scope.register(fastifyCookie);
+    // The forms post application/x-www-form-urlencoded and nothing else: every other body is
+    // 415, JSON and text/plain included (a cross-site page can send text/plain without a
+    // preflight, and no browser form sends JSON: neither is ever a person at these pages).
+    scope.removeAllContentTypeParsers();
     await scope.register(fastifyFormbody);
     const endpoint = createAuthorizationEndpoint(context);
     scope.addHook('onSend', pageHeaders);
@@ -71,6 +79,8 @@ function authorizationSteps(context: TokengateContext) {
   const { config, store, metrics } = context;
   const issuer = config.issuer;
   const sessions = new Sessions(context);
+  // A sign-in form is good for as long as a session would be.
+  const signInForms = new SignInForms(() => context.store.secrets, issuer.sessionTtl * 1000);
   const users = createUserSource(issuer.users, store);
   const throttle = new LoginThrottle(store.counters, issuer.loginThrottle);
   const findClient = clientFinder(context);
@@ -87,11 +97,34 @@ function authorizationSteps(context: TokengateContext) {
   const validate = (parameters: unknown) => validateAuthorizationRequest(parameters, findClient, issuer, resourceRegistry(context.config));
 
   /**
-   * A form post is answered only with the session's own CSRF token and for a request that this
-   * session is waiting on. `take` removes the request, so one approval mints one code.
+   * A sign-in form is answered only from the browser it was shown to (its CSRF token is bound to
+   * that browser's cookie) and for a request this deployment sealed into it, not yet expired.
+   */
+  async function verifiedSignInForm(request: FastifyRequest) {
+    const body = formBody(request);
+    const cookieValue = sessions.cookieValue(request);
+    if (cookieValue === undefined) throw new TokengateError('FORM_EXPIRED', { detail: 'no session cookie' });
+    if (!(await signInForms.csrfTokenMatches(cookieValue, field(body, 'csrf_token'))))
+      throw new TokengateError('FORM_EXPIRED', { detail: 'csrf token missing or wrong' });
+    const requestId = field(body, 'request_id');
+    const parameters = await signInForms.open(requestId);
+    if (parameters === null) throw new TokengateError('AUTHORIZATION_REQUEST_EXPIRED', { detail: 'sign-in form request not sealed here, or expired' });
+    return { parameters, body, form: { csrfToken: field(body, 'csrf_token')!, requestId: requestId! } };
+  }
+
+  /** The sign-in page for a browser without a session: its form carries the request, nothing is stored. */
+  async function signInPage(request: FastifyRequest, reply: FastifyReply, authorization: AuthorizationRequest) {
+    const cookieValue = sessions.browserValue(request, reply);
+    const form = { csrfToken: await signInForms.csrfToken(cookieValue), requestId: await signInForms.seal(authorization.parameters) };
+    return loginPage({ applicationName: authorization.application.name, form });
+  }
+
+  /**
+   * A consent page's form is answered only with the session's own CSRF token and for a request
+   * that this session is waiting on. `take` removes the request, so one approval mints one code.
    */
   async function verifiedForm(request: FastifyRequest, take: boolean) {
-    const body = (typeof request.body === 'object' && request.body !== null ? request.body : {}) as Record<string, unknown>;
+    const body = formBody(request);
     const session = await sessions.load(request);
     if (session === null) throw new TokengateError('FORM_EXPIRED', { detail: 'no live session' });
     if (!csrfTokenMatches(session, field(body, 'csrf_token'))) throw new TokengateError('FORM_EXPIRED', { detail: 'csrf token missing or wrong' });
@@ -138,7 +171,9 @@ function authorizationSteps(context: TokengateContext) {
     sessions,
     sendPage,
     validate,
-    nextPage: (authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization) => nextPage(issuer, authorization, session, pending),
+    consent: (authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization) => consent(issuer, authorization, session, pending),
+    signInPage,
+    verifiedSignInForm,
     verifiedForm,
     checkCredentials,
   };
@@ -146,22 +181,26 @@ function authorizationSteps(context: TokengateContext) {
 
 function createAuthorizationEndpoint(context: TokengateContext) {
   const { metrics } = context;
-  const { sessions, sendPage, validate, nextPage, verifiedForm, checkCredentials } = authorizationSteps(context);
+  // RFC 9207 `iss` on every answer to the application, codes and errors alike.
+  const iss = issuerIdentifier(context.config.issuer.issuerUrl);
+  const { sessions, sendPage, validate, consent, signInPage, verifiedSignInForm, verifiedForm, checkCredentials } = authorizationSteps(context);
   return {
     async show(request: FastifyRequest, reply: FastifyReply) {
       const authorization = await validate(request.query);
-      const session = (await sessions.load(request)) ?? (await sessions.start(request, reply, null));
+      const session = await sessions.load(request);
+      if (session === null) return sendPage(reply, await signInPage(request, reply, authorization));
+      // Signed in: the request waits in the session (a few, each capped in size) for the consent form.
       const pending = await sessions.addPending(session, authorization.parameters);
-      return sendPage(reply, nextPage(authorization, session, pending));
+      return sendPage(reply, consent(authorization, session, pending));
     },
 
     async signIn(request: FastifyRequest, reply: FastifyReply) {
-      const { session, pending, body } = await verifiedForm(request, false);
-      const authorization = await validate(pending.parameters);
+      const { parameters, body, form } = await verifiedSignInForm(request);
+      const authorization = await validate(parameters);
       const email = (field(body, 'email') ?? '').trim();
       const password = field(body, 'password') ?? '';
-      const retry = (problem: LoginProblem) =>
-        sendPage(reply, loginPage({ applicationName: authorization.application.name, form: formState(session, pending), email, problem }));
+      // The same form again (its request keeps the time it expires at).
+      const retry = (problem: LoginProblem) => sendPage(reply, loginPage({ applicationName: authorization.application.name, form, email, problem }));
 
       if (email === '' || password === '') {
         return retry({
@@ -172,15 +211,15 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       }
       const userId = await checkCredentials(request, email, password);
       if (userId === null) return retry({ kind: 'credentials' });
-      // A new session id at login: whoever knew the anonymous one (a planted cookie) gets nothing.
-      await sessions.end(reply, session);
+      // A new cookie value at login: whoever knew the one before (a planted cookie) gets nothing.
+      const previous = await sessions.load(request);
+      if (previous !== null) await sessions.end(reply, previous);
       await sessions.start(request, reply, { userId, email });
-      return reply.redirect(authorizationPath(pending.parameters), 303);
+      return reply.redirect(authorizationPath(parameters), 303);
     },
 
     async decide(request: FastifyRequest, reply: FastifyReply) {
       const { session, pending, body } = await verifiedForm(request, true);
-      if (session.data.userId === null) throw new TokengateError('FORM_EXPIRED', { detail: 'decision without a signed-in user' });
       // Checked again, not trusted from the GET: the application or its redirect_uri may have gone since.
       const authorization = await validate(pending.parameters);
       if (field(body, 'decision') !== 'approve') {
@@ -192,7 +231,7 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       }
       const code = await issueCode(context, authorization, session.data.userId);
       metrics.authorizationResponses.inc({ result: 'code' });
-      return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state }), 303);
+      return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state, iss }), 303);
     },
 
     async switchAccount(request: FastifyRequest, reply: FastifyReply) {
@@ -206,7 +245,12 @@ function createAuthorizationEndpoint(context: TokengateContext) {
       if (error instanceof AuthorizationRedirectError) {
         metrics.authorizationResponses.inc({ result: error.failure.error });
         request.log.info({ error: error.failure.error }, 'authorization request answered with an error');
-        const location = redirectUriWith(error.redirectUri, { error: error.failure.error, error_description: error.failure.description, state: error.state });
+        const location = redirectUriWith(error.redirectUri, {
+          error: error.failure.error,
+          error_description: error.failure.description,
+          state: error.state,
+          iss,
+        });
         return reply.redirect(location, request.method === 'GET' ? 302 : 303);
       }
       const failure = pageFailure(error);
@@ -220,26 +264,28 @@ function formState(session: Session, pending: PendingAuthorization) {
   return { csrfToken: session.data.csrfToken, requestId: pending.id };
 }
 
-/** The user's next page for a valid request: sign in, or consent once signed in. */
-function nextPage(issuer: Readonly<IssuerConfig>, authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization): Page {
-  return session.data.userId === null
-    ? loginPage({ applicationName: authorization.application.name, form: formState(session, pending) })
-    : consentPage({
-        applicationName: authorization.application.name,
-        ...documentClientOf(authorization.application),
-        serviceName: issuer.serviceName,
-        email: session.data.email,
-        scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
-        resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
-        redirectUri: authorization.redirectUri,
-        form: formState(session, pending),
-      });
+/** The consent page of a signed-in user for a valid request. */
+function consent(issuer: Readonly<IssuerConfig>, authorization: AuthorizationRequest, session: Session, pending: PendingAuthorization): Page {
+  return consentPage({
+    applicationName: authorization.application.name,
+    ...documentClientOf(authorization.application),
+    serviceName: issuer.serviceName,
+    email: session.data.email,
+    scopes: authorization.scopes.map((scope) => issuer.scopeDescriptions[scope] ?? scope),
+    resources: authorization.parameters.resource === undefined ? [] : authorization.audience,
+    redirectUri: authorization.redirectUri,
+    form: formState(session, pending),
+  });
 }
 
 /** A metadata document client's identity for its consent page; nothing for a registered application. */
 function documentClientOf(application: ApplicationRecord): { documentClient?: DocumentClient } {
   if (!isMetadataClient(application)) return {};
   return { documentClient: { url: application.clientId, host: application.metadataDocument.host, clientName: application.metadataDocument.clientName } };
+}
+
+function formBody(request: FastifyRequest): Record<string, unknown> {
+  return (typeof request.body === 'object' && request.body !== null ? request.body : {}) as Record<string, unknown>;
 }
 
 /** A form field's single value; a missing or repeated field is undefined. */

@@ -1,6 +1,6 @@
 import type { IssuerConfig } from '../../config/schema.js';
 import { TokengateError } from '../../errors.js';
-import { isMetadataClient, isMetadataClientId } from '../../client-metadata/client-id.js';
+import { isMetadataClient, isMetadataClientId, MAX_CLIENT_ID_URL_LENGTH } from '../../client-metadata/client-id.js';
 import type { ApplicationRecord } from '../../store/store.js';
 import { grantAudience } from '../../resource/audience.js';
 import type { ResourceRegistry } from '../../resource/registry.js';
@@ -57,6 +57,26 @@ const JWK_THUMBPRINT = /^[A-Za-z0-9_-]{43}$/;
 /** Longer client ids are not ours: refused without a store call. */
 const MAX_CLIENT_ID_LENGTH = 200;
 
+/**
+ * The longest value each parameter may have, in characters. The request is carried in the
+ * sign-in form and kept in a signed-in session while it waits for consent, and `state` comes
+ * back in a redirect: each of those stays small whatever a client sends. Generous for real
+ * requests (a state is a random value or a short encoded blob; a redirect URI is registered).
+ */
+export const PARAMETER_LIMITS: Readonly<Record<ParameterName | 'resource', number>> = {
+  client_id: MAX_CLIENT_ID_URL_LENGTH,
+  redirect_uri: 2048,
+  state: 2048,
+  scope: 1024,
+  response_type: 256,
+  code_challenge: 256,
+  code_challenge_method: 256,
+  dpop_jkt: 256,
+  resource: 512,
+};
+/** `resource` may repeat (RFC 8707), up to this many times. */
+export const MAX_RESOURCES = 5;
+
 type IssuerSettings = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
 export async function validateAuthorizationRequest(
@@ -65,10 +85,11 @@ export async function validateAuthorizationRequest(
   issuer: IssuerSettings,
   resources: ResourceRegistry,
 ): Promise<AuthorizationRequest> {
-  const { parameters, repeated } = readParameters(query);
-  const application = await registeredApplication(findClient, parameters.client_id, repeated);
-  const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated);
+  const { parameters, repeated, oversized } = readParameters(query);
+  const application = await registeredApplication(findClient, parameters.client_id, repeated, oversized);
+  const redirectUri = registeredRedirectUri(application, parameters.redirect_uri, repeated, oversized);
   refuseRepeatedParameters(repeated);
+  refuseOversizedParameters(oversized);
 
   // From here on the redirect_uri is the application's own: errors go back to it.
   const sendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE' | 'INVALID_SCOPE' | 'INVALID_TARGET', description: string) =>
@@ -102,19 +123,25 @@ function requestedAudience(
 
 type SendBack = (code: 'INVALID_REQUEST' | 'UNSUPPORTED_RESPONSE_TYPE', description: string) => AuthorizationRedirectError;
 
-/** The known parameters, one value each; empty values count as absent. Unknown parameters are ignored (RFC 6749 3.1). */
-function readParameters(query: unknown): { parameters: AuthorizationParameters; repeated: ParameterName[] } {
+/**
+ * The known parameters, one value each; empty values count as absent. Unknown parameters are
+ * ignored (RFC 6749 3.1). A value over its limit is not kept: its name is in `oversized`.
+ */
+function readParameters(query: unknown): { parameters: AuthorizationParameters; repeated: ParameterName[]; oversized: Array<ParameterName | 'resource'> } {
   const source = (typeof query === 'object' && query !== null ? query : {}) as Record<string, unknown>;
   const parameters: AuthorizationParameters = {};
   const repeated: ParameterName[] = [];
+  const oversized: Array<ParameterName | 'resource'> = [];
   for (const name of PARAMETERS) {
     const value = source[name];
     if (Array.isArray(value)) repeated.push(name);
+    else if (typeof value === 'string' && value.length > PARAMETER_LIMITS[name]) oversized.push(name);
     else if (typeof value === 'string' && value !== '') parameters[name] = value;
   }
   const resource = [source.resource].flat().filter((value): value is string => typeof value === 'string' && value !== '');
-  if (resource.length > 0) parameters.resource = [...new Set(resource)];
-  return { parameters, repeated };
+  if (resource.length > MAX_RESOURCES || resource.some((value) => value.length > PARAMETER_LIMITS.resource)) oversized.push('resource');
+  else if (resource.length > 0) parameters.resource = [...new Set(resource)];
+  return { parameters, repeated, oversized };
 }
 
 /**
@@ -122,8 +149,14 @@ function readParameters(query: unknown): { parameters: AuthorizationParameters; 
  * list does not allow or whose document cannot be used (CLIENT_NOT_ALLOWED and
  * CLIENT_METADATA_UNUSABLE from the finder, which say which).
  */
-async function registeredApplication(findClient: FindClient, clientId: string | undefined, repeated: ParameterName[]): Promise<ApplicationRecord> {
+async function registeredApplication(
+  findClient: FindClient,
+  clientId: string | undefined,
+  repeated: ParameterName[],
+  oversized: ReadonlyArray<ParameterName | 'resource'>,
+): Promise<ApplicationRecord> {
   if (repeated.includes('client_id')) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id repeated' });
+  if (oversized.includes('client_id')) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id too long' });
   if (clientId === undefined) throw new TokengateError('UNKNOWN_CLIENT', { detail: 'client_id missing' });
   // A metadata document URL may be longer: its own checks bound it.
   const application = clientId.length <= MAX_CLIENT_ID_LENGTH || isMetadataClientId(clientId) ? await findClient(clientId) : null;
@@ -132,8 +165,14 @@ async function registeredApplication(findClient: FindClient, clientId: string | 
 }
 
 /** Exact, character-for-character comparison (RFC 9700 2.1): no prefix, no normalization, no wildcard. */
-function registeredRedirectUri(application: ApplicationRecord, redirectUri: string | undefined, repeated: ParameterName[]): string {
+function registeredRedirectUri(
+  application: ApplicationRecord,
+  redirectUri: string | undefined,
+  repeated: ParameterName[],
+  oversized: ReadonlyArray<ParameterName | 'resource'>,
+): string {
   if (repeated.includes('redirect_uri')) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri repeated' });
+  if (oversized.includes('redirect_uri')) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri too long' });
   if (redirectUri === undefined) throw new TokengateError('INVALID_REDIRECT_URI', { detail: 'redirect_uri missing' });
   if (!application.redirectUris.includes(redirectUri)) {
     throw new TokengateError('INVALID_REDIRECT_URI', {
@@ -159,6 +198,23 @@ function refuseRepeatedParameters(repeated: ParameterName[]): void {
       detail: `repeated: ${repeated.join(',')}`,
     });
   }
+}
+
+/**
+ * A value over its limit is a page, never a redirect: an oversized `state` could not be sent
+ * back whole, and the application's request is broken either way.
+ */
+function refuseOversizedParameters(oversized: ReadonlyArray<ParameterName | 'resource'>): void {
+  if (oversized.length === 0) return;
+  const limits = oversized.map((name) =>
+    name === 'resource'
+      ? `resource (at most ${MAX_RESOURCES}, of ${PARAMETER_LIMITS.resource} characters each)`
+      : `${name} (at most ${PARAMETER_LIMITS[name]} characters)`,
+  );
+  throw new TokengateError('INVALID_REQUEST', {
+    description: `The application's request has a parameter longer than this service accepts: ${limits.join(', ')}.`,
+    detail: `oversized: ${oversized.join(',')}`,
+  });
 }
 
 function checkResponseType(responseType: string | undefined, sendBack: SendBack): void {

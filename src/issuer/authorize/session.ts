@@ -1,21 +1,20 @@
 import { createHash, randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { TokengateContext } from '../../context.js';
+import { sessionCookie, type SessionCookie } from '../../http/session-cookie.js';
 import type { SessionRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
 import type { AuthorizationParameters } from './request.js';
 
 /**
  * Sessions of the authorization page live in the store (every sidecar sees them), keyed by a
- * digest of the cookie value; the cookie carries nothing but that random value. A session
- * starts at the first visit, anonymous, so the login form already has a CSRF token to carry,
- * and is replaced by a new one at login: a session id planted before login is worth nothing
- * after it (no session fixation).
+ * digest of the cookie value; the cookie carries nothing but that random value. Only a signed-in
+ * user has a session in the store: before sign-in the browser holds a cookie value that names
+ * nothing (the sign-in form's CSRF token is bound to it, ./sign-in-form.ts), so an anonymous
+ * visit stores nothing. Sign-in sets a new value: one planted before it is worth nothing after it
+ * (no session fixation).
  */
 
-export const SESSION_COOKIE = 'tokengate_session';
-/** The cookie goes to the authorization pages only, never to the APIs behind the gateway. */
-const COOKIE_PATH = '/oauth';
 /** Authorization requests a session keeps at once (several tabs); the oldest is dropped first. */
 const MAX_PENDING = 5;
 
@@ -26,10 +25,9 @@ export interface PendingAuthorization {
 }
 
 export interface AuthorizeSessionData extends SessionRecord {
-  /** Null until the user has signed in. */
-  userId: string | null;
+  userId: string;
   /** The e-mail the user signed in with, shown on the consent page. */
-  email: string | null;
+  email: string;
   /** Synchronizer token every form of this session carries. */
   csrfToken: string;
   pending: PendingAuthorization[];
@@ -43,45 +41,52 @@ export interface Session {
 
 export class Sessions {
   private readonly ttlMs: number;
-  private readonly alwaysSecure: boolean;
+  readonly cookie: SessionCookie;
 
   constructor(private readonly context: TokengateContext) {
     this.ttlMs = context.config.issuer.sessionTtl * 1000;
-    this.alwaysSecure = new URL(context.config.issuer.issuerUrl).protocol === 'https:';
+    this.cookie = sessionCookie(context.config.issuer.issuerUrl);
   }
 
-  /** The request's live session, or null (no cookie, a value we never minted, expired). */
+  /** The browser's cookie value when this deployment minted it; undefined otherwise. No I/O. */
+  cookieValue(request: FastifyRequest): string | undefined {
+    const value = request.cookies[this.cookie.name];
+    // A value without this deployment's tag was never ours: no store call for it.
+    return value !== undefined && this.context.minter.hasValidTag(value) ? value : undefined;
+  }
+
+  /** The request's signed-in session, or null (no cookie, a value we never minted, none stored, expired). */
   async load(request: FastifyRequest): Promise<Session | null> {
-    const value = request.cookies[SESSION_COOKIE];
-    // A value without this deployment's tag was never a session: no store call for it.
-    if (value === undefined || !this.context.minter.hasValidTag(value)) return null;
+    const value = this.cookieValue(request);
+    if (value === undefined) return null;
     const key = tokenDigest(value);
     const data = (await this.context.store.sessions.get(key)) as AuthorizeSessionData | null;
-    if (data === null || !Array.isArray(data.pending) || this.remainingMs(data) <= 0) return null;
+    if (data === null || typeof data.userId !== 'string' || !Array.isArray(data.pending) || this.remainingMs(data) <= 0) return null;
     return { key, data };
   }
 
-  /** A new session with a new id and CSRF token; the cookie is set on `reply`. */
-  async start(request: FastifyRequest, reply: FastifyReply, user: { userId: string; email: string } | null): Promise<Session> {
+  /** The browser's cookie value, a new one set on `reply` when it has none of ours. Stores nothing. */
+  browserValue(request: FastifyRequest, reply: FastifyReply): string {
+    const existing = this.cookieValue(request);
+    if (existing !== undefined) return existing;
+    const value = this.context.minter.mint();
+    this.setCookie(request, reply, value);
+    return value;
+  }
+
+  /** A new signed-in session with a new cookie value and CSRF token; the cookie is set on `reply`. */
+  async start(request: FastifyRequest, reply: FastifyReply, user: { userId: string; email: string }): Promise<Session> {
     const value = this.context.minter.mint();
     const data: AuthorizeSessionData = {
-      userId: user?.userId ?? null,
-      email: user?.email ?? null,
+      userId: user.userId,
+      email: user.email,
       createdAt: Date.now(),
       csrfToken: randomBytes(32).toString('base64url'),
       pending: [],
     };
     const session = { key: tokenDigest(value), data };
     await this.save(session);
-    reply.setCookie(SESSION_COOKIE, value, {
-      path: COOKIE_PATH,
-      httpOnly: true,
-      // Lax: the cookie comes along when the application sends the user here (a top-level
-      // navigation), not on cross-site POSTs or in frames.
-      sameSite: 'lax',
-      secure: this.alwaysSecure || request.protocol === 'https',
-      maxAge: Math.ceil(this.ttlMs / 1000),
-    });
+    this.setCookie(request, reply, value);
     return session;
   }
 
@@ -93,7 +98,7 @@ export class Sessions {
 
   async end(reply: FastifyReply, session: Session): Promise<void> {
     await this.context.store.sessions.delete(session.key);
-    reply.clearCookie(SESSION_COOKIE, { path: COOKIE_PATH });
+    reply.clearCookie(this.cookie.name, { path: this.cookie.path, secure: this.cookie.secure, httpOnly: true, sameSite: 'lax' });
   }
 
   /** Remembers an authorization request the user is about to answer; returns it with its id. */
@@ -115,6 +120,19 @@ export class Sessions {
     session.data.pending = session.data.pending.filter((candidate) => candidate.id !== id);
     await this.save(session);
     return pending;
+  }
+
+  private setCookie(request: FastifyRequest, reply: FastifyReply, value: string): void {
+    reply.setCookie(this.cookie.name, value, {
+      path: this.cookie.path,
+      httpOnly: true,
+      // Lax: the cookie comes along when the application sends the user here (a top-level
+      // navigation), not on cross-site POSTs or in frames.
+      sameSite: 'lax',
+      // An http issuer reached over https (a TLS proxy in front of a development set-up) still gets Secure.
+      secure: this.cookie.secure || request.protocol === 'https',
+      maxAge: Math.ceil(this.ttlMs / 1000),
+    });
   }
 
   private remainingMs(data: AuthorizeSessionData): number {

@@ -1,5 +1,7 @@
 import { TokengateError } from '../../errors.js';
-import { narrowAudience } from '../../resource/audience.js';
+import { narrowAudience, permittedResources } from '../../resource/audience.js';
+import type { ResourceRegistry } from '../../resource/registry.js';
+import type { ApplicationRecord } from '../../store/store.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { hasScopes } from '../../token/scope.js';
 import { tokenDigest } from '../../token/token-value.js';
@@ -13,6 +15,12 @@ import { invalidCredential, refuseLeakedCredential } from './single-use.js';
  * and issues a new one in the same family; a spent one presented again revokes the family.
  * `scope` and `resource` (RFC 8707) may narrow the new access token, never widen it; the new
  * refresh token keeps the grant's full scope and audience.
+ *
+ * The grant shrinks with the application: a refresh gives at most the scopes and resources the
+ * application (or the allow-list entry of a metadata document client) may have now, and the new
+ * refresh token keeps only those. Intersected rather than revoked: an operator who takes one
+ * scope or API from an application should not sign every user of it out of the rest, which
+ * they consented to. A grant with nothing left is revoked.
  */
 export const refreshToken: GrantType = {
   type: 'refresh_token',
@@ -28,8 +36,11 @@ export const refreshToken: GrantType = {
     // the key costs the grant: the scope, the resources, and the DPoP key of a bound refresh token.
     const current = await context.store.tokens.getRefreshToken(digest);
     if (current !== null && current.clientId === client.application.clientId) {
-      narrowScopes(current.scopes, requestedScopes);
-      narrowAudience(current.audience, requestedResources, client.application, registry);
+      const allowed = allowedNow(current, client.application, context.config.issuer.scopes, registry);
+      if (allowed !== null) {
+        narrowScopes(allowed.scopes, requestedScopes);
+        narrowAudience(allowed.audience, requestedResources, client.application, registry);
+      }
       checkBinding(current.jkt, dpopJkt);
     }
 
@@ -41,7 +52,15 @@ export const refreshToken: GrantType = {
       return refuseLeakedCredential(request, record.familyId, 'refresh token', 'presented by another client');
     checkBinding(record.jkt, dpopJkt);
 
-    const audience = narrowAudience(record.audience, requestedResources, client.application, registry);
+    const allowed = allowedNow(record, client.application, context.config.issuer.scopes, registry);
+    if (allowed === null) {
+      const revoked = await context.store.tokens.revokeFamily(record.familyId);
+      request.log.info({ clientId: record.clientId, familyId: record.familyId, revoked }, 'refresh of a grant the application may no longer have: revoked');
+      throw new TokengateError('INVALID_GRANT', {
+        description: 'The application may no longer be granted any of the scopes or resources of this grant; the user must authorize it again.',
+      });
+    }
+    const audience = narrowAudience(allowed.audience, requestedResources, client.application, registry);
     return issueTokens(
       context,
       {
@@ -49,8 +68,8 @@ export const refreshToken: GrantType = {
         clientId: record.clientId,
         userId: record.userId,
         familyId: record.familyId,
-        scopes: narrowScopes(record.scopes, requestedScopes),
-        grantScopes: record.scopes,
+        scopes: narrowScopes(allowed.scopes, requestedScopes),
+        grantScopes: allowed.scopes,
         jkt: dpopJkt,
         // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
         bindRefreshToken: record.jkt !== undefined,
@@ -61,6 +80,26 @@ export const refreshToken: GrantType = {
     );
   },
 };
+
+/**
+ * What of a grant the application may still have: its scopes among the application's and the
+ * issuer's, its audience among the resources the application may use now (a grant without an
+ * audience, from before resources were configured, keeps none: the application's default then
+ * applies). Null when no scope, or no resource of an audience it had, is left.
+ */
+function allowedNow(
+  grant: { scopes: string[]; audience?: string[] | undefined },
+  application: ApplicationRecord,
+  issuerScopes: readonly string[],
+  registry: ResourceRegistry,
+): { scopes: string[]; audience: string[] | undefined } | null {
+  const scopes = grant.scopes.filter((scope) => application.scopes.includes(scope) && issuerScopes.includes(scope));
+  if (scopes.length === 0) return null;
+  if (grant.audience === undefined || grant.audience.length === 0) return { scopes, audience: grant.audience };
+  const permitted = permittedResources(application, registry);
+  const audience = grant.audience.filter((resource) => permitted.includes(resource));
+  return audience.length === 0 ? null : { scopes, audience };
+}
 
 /** RFC 9449 section 5: a DPoP-bound refresh token is used only with a proof by its key. */
 function checkBinding(bound: string | undefined, proven: string | null): void {
