@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { Pool } from 'undici';
+import { adminTokenFile, readAdminTokenFile } from '../src/admin/credential.js';
 import { afterAll, describe, expect, it } from 'vitest';
 import { generateTagKey } from '../src/token/token-value.js';
-import { IMAGE_NODE_OPTIONS, startServe, tempConfigs, type ServeProcess } from './support/cli.js';
+import { IMAGE_NODE_OPTIONS, startServe, tempConfigs, type ServeProcess, testStateHome } from './support/cli.js';
 import { authorizePath, FormClient, signInAndApprove } from './support/issuer.js';
 import { deletePrefix, rawRedis, REDIS_URL, uniquePrefix } from './support/redis.js';
 
@@ -33,7 +34,13 @@ function rssMiB(pid: number): number {
 }
 
 async function admin(serve: ServeProcess, path: string, body: unknown): Promise<Record<string, unknown>> {
-  const response = await fetch(`${serve.opsUrl}/admin${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  // A serve without admin.token keeps the one it made in the test's state directory, where the CLI reads it.
+  const adminToken = readAdminTokenFile(adminTokenFile({ XDG_STATE_HOME: testStateHome() }))!;
+  const response = await fetch(`${serve.opsUrl}/admin${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify(body),
+  });
   expect(response.status, await response.clone().text()).toBe(201);
   return (await response.json()) as Record<string, unknown>;
 }

@@ -204,7 +204,7 @@ describe('reloading the routes', () => {
       const config = running.tokengate.context.config;
       expect([config.server.maxHeaders, config.admin.token, config.store.keyPrefix, config.issuer.scopes, config.gateway.realm]).toEqual([
         100,
-        '',
+        before.admin.token,
         before.store.keyPrefix,
         ['public'],
         'tokengate',

@@ -41,7 +41,7 @@ beforeAll(async () => {
   second = await startTokengate('id-jag-cluster-2', { sharing: first, config });
   app = await registerApplication(first.store, { scopes: ['public'] });
   await first.store.users.create({ id: randomUUID(), email: EMAIL, passwordHash: 'scrypt$placeholder', createdAt: Date.now() });
-}, 60_000);
+}, 120_000);
 
 afterAll(async () => {
   await second?.close();

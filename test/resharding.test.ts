@@ -23,7 +23,7 @@ const sidecars: RunningTokengate[] = [];
 
 beforeAll(async () => {
   [topology, upstream] = await Promise.all([startClusterTopology(), startUpstream()]);
-}, 60_000);
+}, 120_000);
 afterAll(async () => {
   for (const sidecar of sidecars.reverse()) await sidecar.close().catch(() => {});
   await upstream?.close();

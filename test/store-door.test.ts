@@ -22,7 +22,7 @@ beforeAll(async () => {
   topology = await startClusterTopology();
   store = await openTopologyStore(topology, uniquePrefix('door'));
   door = store.backend;
-}, 60_000);
+}, 120_000);
 afterAll(async () => {
   await store?.close();
   await topology?.stop();

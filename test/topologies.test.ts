@@ -42,7 +42,7 @@ let upstream: Upstream;
 
 beforeAll(async () => {
   [cluster, sentinel, upstream] = await Promise.all([startClusterTopology(), startSentinelTopology(), startUpstream()]);
-}, 60_000);
+}, 120_000);
 afterAll(async () => {
   await Promise.all([cluster?.stop(), sentinel?.stop(), upstream?.close()]);
 });

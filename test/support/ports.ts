@@ -11,11 +11,26 @@ const LISTENER_PORTS: { readonly low: number; readonly count: number } | null = 
   try {
     const [ephemeralLow] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
     // From 10000 up: clear of the well-known services' ports (Redis, PostgreSQL, the Quick start's).
-    return ephemeralLow !== undefined && ephemeralLow >= 15_000 ? { low: 10_000, count: ephemeralLow - 10_000 } : null;
+    if (ephemeralLow === undefined || ephemeralLow < 15_000) return null;
+    return ownShare({ low: 10_000, count: ephemeralLow - 10_000 });
   } catch {
     return null;
   }
 })();
+
+/**
+ * This vitest worker's own slice of `range`: files run side by side, each in a worker numbered
+ * VITEST_POOL_ID (1 to maxWorkers), so two files never draw the same port between its check and
+ * its server's bind (a Cluster node of one file once answered on the port another file had just
+ * been handed). The whole range outside vitest.
+ */
+function ownShare(range: { low: number; count: number }): { low: number; count: number } {
+  const worker = Number(process.env.VITEST_POOL_ID);
+  const workers = 8;
+  if (!Number.isInteger(worker) || worker < 1) return range;
+  const count = Math.floor(range.count / workers);
+  return { low: range.low + ((worker - 1) % workers) * count, count };
+}
 
 /** Listens on `port` (0: one the kernel picks) and closes again: the port, or null when it was taken. */
 function tryPort(port: number): Promise<number | null> {
