@@ -1,10 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { auth, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { OAuthClientInformationMixed, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
@@ -12,6 +10,7 @@ import { closeServer, startUpstream, type Upstream } from './support/gateway.js'
 import { adminFetch, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { FormClient, createUser, signInAndApprove } from './support/issuer.js';
 import { freePort } from './support/ports.js';
+import { startTicketsMcpServer } from './support/mcp.js';
 
 /**
  * The Model Context Protocol's authorization flow, end to end, with the SDK's own client and
@@ -40,20 +39,8 @@ let dns: TestDns;
 /** The MCP client's own metadata document, on https under the test CA: its client_id. */
 let clientMetadataUrl: string;
 
-/** A stateless MCP server (a fresh server and transport per request) with one tool that reports who the gateway says is calling. */
 async function startMcpServer(): Promise<void> {
-  mcpServer = createServer((request, response) => {
-    const server = new McpServer({ name: 'ticketing', version: '1.0.0' });
-    server.registerTool('my-tickets', { description: "The caller's tickets" }, async (extra) => ({
-      content: [{ type: 'text', text: `tickets of ${String(extra.requestInfo?.headers['x-auth-user-id'])}` }],
-    }));
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
-    response.on('close', () => void transport.close().then(() => server.close()));
-    void server.connect(transport).then(() => transport.handleRequest(request, response));
-  });
-  await new Promise<void>((resolve) => mcpServer.listen(0, '127.0.0.1', resolve));
-  const address = mcpServer.address() as { port: number };
-  mcpUrl = `http://127.0.0.1:${address.port}`;
+  ({ server: mcpServer, url: mcpUrl } = await startTicketsMcpServer());
 }
 
 beforeAll(async () => {

@@ -1,9 +1,7 @@
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +10,7 @@ import { closeServer } from './support/gateway.js';
 import { TestIdentityProvider } from './support/identity-provider.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { freePort } from './support/ports.js';
+import { startTicketsMcpServer } from './support/mcp.js';
 
 /**
  * Enterprise-managed authorization for MCP: the company's identity provider (the test's own,
@@ -40,17 +39,7 @@ let dns: TestDns;
 let clientMetadataUrl: string;
 
 async function startMcpServer(): Promise<void> {
-  mcpServer = createServer((request, response) => {
-    const server = new McpServer({ name: 'ticketing', version: '1.0.0' });
-    server.registerTool('my-tickets', { description: "The caller's tickets" }, async (extra) => ({
-      content: [{ type: 'text', text: `tickets of ${String(extra.requestInfo?.headers['x-auth-user-id'])}` }],
-    }));
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined });
-    response.on('close', () => void transport.close().then(() => server.close()));
-    void server.connect(transport).then(() => transport.handleRequest(request, response));
-  });
-  await new Promise<void>((resolve) => mcpServer.listen(0, '127.0.0.1', resolve));
-  mcpUrl = `http://127.0.0.1:${(mcpServer.address() as { port: number }).port}`;
+  ({ server: mcpServer, url: mcpUrl } = await startTicketsMcpServer());
 }
 
 beforeAll(async () => {
