@@ -82,7 +82,7 @@ export function readApplicationPatch(
   if (fields.rate_limit !== undefined) patch.rateLimit = readTier(fields.rate_limit, rateLimits);
   const tokenExchange = fields.token_exchange;
   if (tokenExchange !== undefined) {
-    if (typeof tokenExchange !== 'boolean') throw invalid('token_exchange must be true (it may exchange its users\' tokens, RFC 8693) or false');
+    if (typeof tokenExchange !== 'boolean') throw invalid("token_exchange must be true (it may exchange its users' tokens, RFC 8693) or false");
     patch.tokenExchange = tokenExchange;
   }
   return patch;

@@ -25,12 +25,14 @@ export const tokenExchange: GrantType = {
   async issue({ parameters, requestedScopes, requestedResources, client, context, dpopJkt, trace }) {
     const application = client.application;
     if (application.tokenExchange !== true)
-      throw new TokengateError('UNAUTHORIZED_CLIENT', { description: 'This client is not allowed to exchange tokens (the operator turns token_exchange on per application).' });
+      throw new TokengateError('UNAUTHORIZED_CLIENT', {
+        description: 'This client is not allowed to exchange tokens (the operator turns token_exchange on per application).',
+      });
     const subjectToken = requireParameter(parameters, 'subject_token');
     requireAccessTokenType(requireParameter(parameters, 'subject_token_type'), 'subject_token_type');
     const subjectDigest = tokenDigest(subjectToken);
     const subject = await liveAccessToken(context, subjectToken, 'subject_token');
-    if (subject.kind !== 'user' || subject.userId === null) throw invalidGrant('The subject_token is not a user\'s token.');
+    if (subject.kind !== 'user' || subject.userId === null) throw invalidGrant("The subject_token is not a user's token.");
     // A DPoP-bound token is worth nothing without its key: exchanging it takes a proof by that key.
     if (subject.jkt !== undefined && subject.jkt !== dpopJkt) throw invalidGrant('The subject_token is DPoP-bound: exchange it with a DPoP proof by its key.');
     await checkActor(context, parameters, application);
@@ -71,12 +73,21 @@ function invalidGrant(description: string): TokengateError {
 }
 
 function requireAccessTokenType(value: string, parameter: string): void {
-  if (value !== ACCESS_TOKEN_TYPE) throw new TokengateError('INVALID_REQUEST', { description: `The ${parameter} must be ${ACCESS_TOKEN_TYPE}: only this issuer's access tokens are exchanged.` });
+  if (value !== ACCESS_TOKEN_TYPE)
+    throw new TokengateError('INVALID_REQUEST', {
+      description: `The ${parameter} must be ${ACCESS_TOKEN_TYPE}: only this issuer's access tokens are exchanged.`,
+    });
 }
 
-/** A live access token of this issuer: minted here, in the store, not expired. */
+/**
+ * A live access token of this issuer: minted here, in the store, not expired. Read from the store
+ * itself, not the token cache: the cache keeps neither the token's lineage nor its identity
+ * provider subject, which the new token inherits, and may lag a revocation by the feed's delay.
+ */
 async function liveAccessToken(context: TokengateContext, token: string, parameter: string): Promise<AccessTokenRecord> {
-  const record = context.minter.hasValidTag(token) ? await context.store.tokens.getAccessToken(tokenDigest(token)) : null;
+  const digest = tokenDigest(token);
+  const read = () => (context.cache === null ? context.store.tokens.getAccessToken(digest) : context.cache.storedAccessToken(digest));
+  const record = context.minter.hasValidTag(token) ? await read() : null;
   if (record === null || record.expiresAt <= Date.now()) throw invalidGrant(`The ${parameter} is invalid, expired or revoked.`);
   return record;
 }
@@ -88,7 +99,8 @@ async function liveAccessToken(context: TokengateContext, token: string, paramet
 async function checkActor(context: TokengateContext, parameters: OAuthParameters, application: ApplicationRecord): Promise<void> {
   const actorToken = parameters.actor_token;
   if (actorToken === undefined) {
-    if (parameters.actor_token_type !== undefined) throw new TokengateError('INVALID_REQUEST', { description: 'The actor_token_type is given without an actor_token.' });
+    if (parameters.actor_token_type !== undefined)
+      throw new TokengateError('INVALID_REQUEST', { description: 'The actor_token_type is given without an actor_token.' });
     return;
   }
   requireAccessTokenType(requireParameter(parameters, 'actor_token_type'), 'actor_token_type');
@@ -121,10 +133,10 @@ function exchangedAudience(
 function exchangedScopes(subject: AccessTokenRecord, requested: readonly string[] | undefined, application: ApplicationRecord): string[] {
   if (requested !== undefined) {
     if (requested.some((scope) => !subject.scopes.includes(scope) || !application.scopes.includes(scope)))
-      throw new TokengateError('INVALID_SCOPE', { description: 'The requested scope exceeds the subject_token\'s scope or the client\'s.' });
+      throw new TokengateError('INVALID_SCOPE', { description: "The requested scope exceeds the subject_token's scope or the client's." });
     return [...requested];
   }
   const scopes = subject.scopes.filter((scope) => application.scopes.includes(scope));
-  if (scopes.length === 0) throw new TokengateError('INVALID_SCOPE', { description: 'None of the subject_token\'s scopes is one this client may receive.' });
+  if (scopes.length === 0) throw new TokengateError('INVALID_SCOPE', { description: "None of the subject_token's scopes is one this client may receive." });
   return scopes;
 }
