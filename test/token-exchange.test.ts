@@ -1,3 +1,4 @@
+import { decodeJwt } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
@@ -58,8 +59,9 @@ beforeAll(async () => {
     resources: [{ identifier: ticketsApi }, { identifier: billingApi }],
     routes: [
       { path: '/tickets', token: 'user', scopes: ['public'], upstream: upstream.url, resource: ticketsApi },
-      { path: '/billing', token: 'user', scopes: ['public'], upstream: upstream.url, resource: billingApi },
+      { path: '/billing', token: 'user', scopes: ['public'], upstream: upstream.url, resource: billingApi, signedIdentity: 'beside' },
     ],
+    signedIdentity: { enabled: true },
   };
   first = await startTokengate('token-exchange', { port, config });
   second = await startTokengate('token-exchange-2', { sharing: first, config });
@@ -138,6 +140,8 @@ describe('token exchange', () => {
     expect(seen.headers['x-auth-user-id']).toBe(userId);
     expect(seen.headers['x-auth-client-id']).toBe(ticketsService.clientId);
     expect(seen.headers['x-auth-actor-client-id']).toBe(ticketsService.clientId);
+    // The signed identity says so too (its signature is the signed identity tests' business).
+    expect(decodeJwt(String(seen.headers['x-tokengate-identity']))).toMatchObject({ sub: userId, act: { client_id: ticketsService.clientId } });
     expect((await call(second, '/tickets/1', exchanged.access_token)).status).toBe(401);
 
     const introspection = await postForm(
@@ -220,6 +224,10 @@ describe('token exchange', () => {
       status: 400,
       error: 'invalid_grant',
     });
+    // A DPoP-bound subject token without a proof by its key: a thief cannot launder it into a Bearer token.
+    const liveRecord = (await first.store.tokens.getAccessToken(tokenDigest(live)))!;
+    const bound = await first.issue({ ...liveRecord, jkt: 'NzbLsXh8uDCcd-6MNwXF4W_7noWXFZAfHkxZsRGC9Xs' });
+    expect(await refusal(await exchange(ticketsService, { subject_token: bound }))).toEqual({ status: 400, error: 'invalid_grant' });
     const ownToken = await first.issue({ clientId: ticketsService.clientId });
     expect((await exchange(ticketsService, { subject_token: live, actor_token: ownToken, actor_token_type: ACCESS_TOKEN_TYPE })).status).toBe(200);
   });
