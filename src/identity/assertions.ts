@@ -1,5 +1,4 @@
 import { SignJWT } from 'jose';
-import type { ActingParty } from '../store/store.js';
 import type { VerifiedToken } from '../store/verified-token.js';
 import type { KeyRing } from './key-ring.js';
 
@@ -7,11 +6,6 @@ import type { KeyRing } from './key-ring.js';
 export const ASSERTION_TYPE = 'tokengate-identity+jwt';
 
 /** An assertion that would be larger than `signedIdentity.maxBytes` (a user id longer than the config check assumed). */
-/** RFC 8693 section 4.1: the party acting for the user, and any that acted before it. */
-function actClaim(party: ActingParty): Record<string, unknown> {
-  return { client_id: party.clientId, ...(party.act === undefined ? {} : { act: actClaim(party.act) }) };
-}
-
 export const TOO_LARGE = Symbol('identity assertion too large');
 
 /** One assertion held for one token and audience, and the key that signed it. */
@@ -96,7 +90,10 @@ export class AssertionSigner {
       exp: expires,
     };
     if (token.jkt !== undefined && token.jkt !== null) claims.cnf = { jkt: token.jkt };
-    if (token.act !== undefined) claims.act = actClaim(token.act);
+    // RFC 8693 section 4.1: the service acting for the user. Only the one acting now, not those
+    // before it in a chain of exchanges (introspection shows the chain): the assertion's size
+    // stays bounded, as the config check counts it.
+    if (token.act !== undefined) claims.act = { client_id: token.act.clientId };
     try {
       const jwt = await new SignJWT(claims).setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ASSERTION_TYPE }).sign(key.privateKey);
       into.value = jwt.length > this.settings.maxBytes ? TOO_LARGE : jwt;
