@@ -97,6 +97,7 @@ describe('admin API: applications', () => {
       'dpop',
       'resources',
       'rate_limit',
+      'token_exchange',
       'created_at',
     ]);
     expect(created).toMatchObject({

@@ -133,6 +133,14 @@ describe('tokengate apps', () => {
     await tokengate(withConfig('apps', 'update', application.client_id, '--rate-limit', 'default'));
     expect(await running.store.applications.get(application.client_id)).toMatchObject({ rateLimit: null });
 
+    // Token exchange, allowed and taken back; anything but on or off is a usage error.
+    const exchanging = await tokengate(withConfig('apps', 'update', application.client_id, '--token-exchange', 'on', '--json'));
+    expect(JSON.parse(exchanging.stdout)).toMatchObject({ token_exchange: true });
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ tokenExchange: true });
+    expect(await tokengate(withConfig('apps', 'update', application.client_id, '--token-exchange', 'yes'))).toMatchObject({ code: 2 });
+    await tokengate(withConfig('apps', 'update', application.client_id, '--token-exchange', 'off'));
+    expect(await running.store.applications.get(application.client_id)).toMatchObject({ tokenExchange: false });
+
     const token = running.tokengate.context.minter.mint();
     await running.store.tokens.saveAccessToken(tokenDigest(token), {
       kind: 'user',

@@ -302,7 +302,7 @@ describe('GET /.well-known/oauth-authorization-server (RFC 8414)', () => {
       token_endpoint: 'https://auth.example.com/oauth/token',
       revocation_endpoint: 'https://auth.example.com/oauth/revoke',
       introspection_endpoint: 'https://auth.example.com/oauth/introspect',
-      grant_types_supported: ['authorization_code', 'client_credentials', 'refresh_token'],
+      grant_types_supported: ['authorization_code', 'client_credentials', 'refresh_token', 'urn:ietf:params:oauth:grant-type:token-exchange'],
       response_types_supported: ['code'],
       code_challenge_methods_supported: ['S256'],
       authorization_response_iss_parameter_supported: true,

@@ -377,6 +377,24 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     expect(await subject.peer.tokens.getAccessToken(elsewhere)).not.toBeNull();
   });
 
+  it('revokes with an access token the tokens exchanged from it, and from those; one exchanged while it was revoked is born revoked', async () => {
+    const subjectDigest = newDigest();
+    const exchanged = newDigest();
+    const chained = newDigest();
+    await subject.store.tokens.saveAccessToken(subjectDigest, accessToken());
+    await subject.store.tokens.saveAccessToken(exchanged, accessToken({ act: { clientId: 'service' }, exchangedFrom: [subjectDigest] }));
+    await subject.store.tokens.saveAccessToken(chained, accessToken({ act: { clientId: 'service' }, exchangedFrom: [exchanged, subjectDigest] }));
+    for (const digest of [exchanged, chained]) expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeAccessToken(subjectDigest)).toBe(3);
+    await eventually(
+      async () => (await subject.peer.tokens.getAccessToken(exchanged)) === null && (await subject.peer.tokens.getAccessToken(chained)) === null,
+    );
+    const late = newDigest();
+    await subject.peer.tokens.saveAccessToken(late, accessToken({ exchangedFrom: [subjectDigest] }));
+    expect(await subject.store.tokens.getAccessToken(late)).toBeNull();
+  });
+
   it('revokes every token of a deleted application or user', async () => {
     const digest = newDigest();
     await subject.store.applications.put({

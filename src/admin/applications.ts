@@ -23,6 +23,8 @@ export interface ApplicationView {
   resources: string[];
   /** Its tier: the rate limit policy that meters it instead of its routes' own; null: theirs. */
   rate_limit: string | null;
+  /** Whether it may exchange its users' tokens for tokens of other resources (RFC 8693). */
+  token_exchange: boolean;
   created_at: string;
 }
 
@@ -36,6 +38,7 @@ function view(application: ApplicationRecord): ApplicationView {
     dpop: application.dpop ?? 'allowed',
     resources: application.resources ?? [],
     rate_limit: application.rateLimit ?? null,
+    token_exchange: application.tokenExchange === true,
     created_at: new Date(application.createdAt).toISOString(),
   };
 }

@@ -51,7 +51,7 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange'>>;
 
 /** `registeredResources`: the resources an application may be limited to; `rateLimits`: the policies its tier may name. */
 export function readApplicationPatch(
@@ -61,7 +61,7 @@ export function readApplicationPatch(
   rateLimits: Readonly<Record<string, unknown>>,
 ): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit', 'token_exchange']);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -80,6 +80,11 @@ export function readApplicationPatch(
   const resources = stringList(fields, 'resources');
   if (resources !== undefined) patch.resources = readResources(resources, registeredResources);
   if (fields.rate_limit !== undefined) patch.rateLimit = readTier(fields.rate_limit, rateLimits);
+  const tokenExchange = fields.token_exchange;
+  if (tokenExchange !== undefined) {
+    if (typeof tokenExchange !== 'boolean') throw invalid("token_exchange must be true (it may exchange its users' tokens, RFC 8693) or false");
+    patch.tokenExchange = tokenExchange;
+  }
   return patch;
 }
 

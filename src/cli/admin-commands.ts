@@ -69,7 +69,7 @@ interface IdentityProviderView {
 const APPS_CREATE_USAGE =
   'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
 
@@ -162,9 +162,13 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       resource: { type: 'string', multiple: true },
       'all-resources': { type: 'boolean', default: false },
       'rate-limit': { type: 'string' },
+      'token-exchange': { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
+      const tokenExchange = values['token-exchange'];
+      if (tokenExchange !== undefined && tokenExchange !== 'on' && tokenExchange !== 'off')
+        throw new UsageError(`--token-exchange takes on or off\nusage: ${APPS_UPDATE_USAGE}`);
       if (values.resource !== undefined && values['all-resources'] === true)
         throw new UsageError(`give either --resource or --all-resources\nusage: ${APPS_UPDATE_USAGE}`);
       const rateLimit = values['rate-limit'];
@@ -177,6 +181,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ...(values['all-resources'] === true ? { resources: [] } : {}),
         // `default`: back to the routes' own policies.
         ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
+        ...(tokenExchange === undefined ? {} : { token_exchange: tokenExchange === 'on' }),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

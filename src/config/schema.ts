@@ -225,6 +225,10 @@ export const IdentityHeadersSchema = closed({
   clientId: Type.String({ default: 'x-auth-client-id', description: 'Header carrying the client id to the upstream.' }),
   scope: Type.String({ default: 'x-auth-scope', description: 'Header carrying the granted scopes, space separated.' }),
   tokenKind: Type.String({ default: 'x-auth-token-kind', description: 'Header carrying `user` or `application`.' }),
+  actorClientId: Type.String({
+    default: 'x-auth-actor-client-id',
+    description: 'Header carrying the client id of the service that acts for the user, on a token from a token exchange (RFC 8693).',
+  }),
 });
 
 export const GatewaySchema = closed({

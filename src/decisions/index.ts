@@ -35,6 +35,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
   const log = context.log.child({ listener: 'decisions' });
   const requestIdHeader = config.gateway.requestIdHeader.toLowerCase();
   const userIdHeader = config.gateway.identityHeaders.userId.toLowerCase();
+  const actorClientIdHeader = config.gateway.identityHeaders.actorClientId.toLowerCase();
   const identityHeader = config.signedIdentity.header.toLowerCase();
   const requestsOf = requestsByRoute(context);
   const readOriginalRequest = originalRequestReader(context.metrics, requestsOf(UNROUTED));
@@ -85,6 +86,7 @@ export function createDecisionHandler(context: TokengateContext, gateway: Gatewa
     // Every identity header, empty when it does not apply: an ingress that copies only the
     // headers present in the answer (Envoy) would otherwise leave a client's own value in place.
     if (token.userId === null) headers.push(userIdHeader, '');
+    if (token.act === undefined) headers.push(actorClientIdHeader, '');
     if (checked.assertion !== null) {
       // `instead`: the identity headers go out empty, for the same reason.
       if (route.signedIdentity?.instead === true)

@@ -51,11 +51,12 @@ export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | n
   const clientIdHeader = gateway.identityHeaders.clientId.toLowerCase();
   const scopeHeader = gateway.identityHeaders.scope.toLowerCase();
   const tokenKindHeader = gateway.identityHeaders.tokenKind.toLowerCase();
+  const actorClientIdHeader = gateway.identityHeaders.actorClientId.toLowerCase();
   // Everything a client may not send on: identity headers and, unless a trusted proxy sent the
   // request, forwarding headers, in every spelling; CGI-style servers read "x_auth_user_id" as
   // "x-auth-user-id".
   const identityHeader = assertionHeader.toLowerCase();
-  const identityNames = [userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, identityHeader];
+  const identityNames = [userIdHeader, clientIdHeader, scopeHeader, tokenKindHeader, actorClientIdHeader, identityHeader];
   const spoofableFromProxy = new Set(identityNames);
   const spoofableFromClient = new Set([...identityNames, ...FORWARDING]);
   const alwaysDropped = [
@@ -75,9 +76,13 @@ export function compileHeaderRules(gateway: GatewayConfig, trust: ProxyTrust | n
   const droppedFromClient = new Set([...spoofableFromClient, ...alwaysDropped]);
 
   function identity(token: VerifiedToken, requestId: string): string[] {
-    return token.userId === null
-      ? [clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId]
-      : [userIdHeader, token.userId, clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId];
+    const headers =
+      token.userId === null
+        ? [clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId]
+        : [userIdHeader, token.userId, clientIdHeader, token.clientId, scopeHeader, token.scope, tokenKindHeader, token.kind, requestIdHeader, requestId];
+    // A token from a token exchange: the service acting for the user.
+    if (token.act !== undefined) headers.push(actorClientIdHeader, token.act.clientId);
+    return headers;
   }
 
   return {

@@ -90,6 +90,10 @@ export class AssertionSigner {
       exp: expires,
     };
     if (token.jkt !== undefined && token.jkt !== null) claims.cnf = { jkt: token.jkt };
+    // RFC 8693 section 4.1: the service acting for the user. Only the one acting now, not those
+    // before it in a chain of exchanges (introspection shows the chain): the assertion's size
+    // stays bounded, as the config check counts it.
+    if (token.act !== undefined) claims.act = { client_id: token.act.clientId };
     try {
       const jwt = await new SignJWT(claims).setProtectedHeader({ alg: key.alg, kid: key.kid, typ: ASSERTION_TYPE }).sign(key.privateKey);
       into.value = jwt.length > this.settings.maxBytes ? TOO_LARGE : jwt;

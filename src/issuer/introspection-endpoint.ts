@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
+import type { ActingParty } from '../store/store.js';
 import { formatScope } from '../token/scope.js';
 import { clientFinder } from './clients.js';
 import { authenticateClient } from './client-auth.js';
@@ -19,6 +20,17 @@ interface IntrospectionResponse {
   /** RFC 9449 section 6.2: the thumbprint of the key a DPoP-bound token is bound to. */
   cnf?: { jkt: string };
   aud?: string[];
+  /** RFC 8693 section 4.1: the party acting for the user, for a token from a token exchange. */
+  act?: ActClaim;
+}
+
+interface ActClaim {
+  client_id: string;
+  act?: ActClaim;
+}
+
+function actClaim(party: ActingParty): ActClaim {
+  return { client_id: party.clientId, ...(party.act === undefined ? {} : { act: actClaim(party.act) }) };
 }
 
 const INACTIVE: IntrospectionResponse = { active: false };
@@ -56,5 +68,6 @@ function describe(found: FoundToken): IntrospectionResponse {
     ...(record.jkt === undefined ? {} : { cnf: { jkt: record.jkt } }),
     // The resources the token is for (RFC 8707); a refresh token's, those of its whole grant.
     ...(record.audience === undefined || record.audience.length === 0 ? {} : { aud: [...record.audience] }),
+    ...('act' in record && record.act !== undefined ? { act: actClaim(record.act) } : {}),
   };
 }

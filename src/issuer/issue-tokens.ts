@@ -1,6 +1,6 @@
 import type { RequestTrace } from '../tracing/index.js';
 import type { TokengateContext } from '../context.js';
-import { StoreUnavailableError, type AccessTokenRecord, type IdentityOrigin, type RefreshTokenRecord } from '../store/store.js';
+import { StoreUnavailableError, type AccessTokenRecord, type ActingParty, type IdentityOrigin, type RefreshTokenRecord } from '../store/store.js';
 import { formatScope } from '../token/scope.js';
 import { tokenDigest } from '../token/token-value.js';
 
@@ -13,6 +13,8 @@ export interface TokenResponse {
   refresh_token?: string;
   scope: string;
   created_at: number;
+  /** A token exchange's answer (RFC 8693 section 2.2.1): what kind of token access_token is. */
+  issued_token_type?: string;
 }
 
 /** What a grant decided to issue. */
@@ -39,6 +41,10 @@ export type Issuance =
       withRefreshToken?: false;
       /** The identity provider's subject, for a token issued from its assertion. */
       identity?: IdentityOrigin;
+      /** A token exchange's (RFC 8693): who acts for the user, and the tokens it descends from, by digest. */
+      exchange?: { act: ActingParty; exchangedFrom: string[] };
+      /** Epoch ms the access token may not outlive (a token exchange's subject token's expiry). */
+      notAfter?: number;
     };
 
 /**
@@ -58,9 +64,10 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
     familyId: issuance.kind === 'user' ? issuance.familyId : null,
     ...audienceOf(issuance.audience),
     issuedAt,
-    expiresAt: issuedAt + accessTokenTtl * 1000,
+    expiresAt: Math.min(issuedAt + accessTokenTtl * 1000, (issuance.kind === 'user' ? issuance.notAfter : undefined) ?? Infinity),
     ...(issuance.jkt === null ? {} : { jkt: issuance.jkt }),
     ...(issuance.kind === 'user' && issuance.identity !== undefined ? { identity: issuance.identity } : {}),
+    ...(issuance.kind === 'user' && issuance.exchange !== undefined ? issuance.exchange : {}),
   };
   const saves = [context.store.tokens.saveAccessToken(tokenDigest(accessToken), access)];
 
@@ -91,7 +98,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
   return {
     access_token: accessToken,
     token_type: issuance.jkt === null ? 'Bearer' : 'DPoP',
-    expires_in: accessTokenTtl,
+    expires_in: Math.floor((access.expiresAt - issuedAt) / 1000),
     ...(refreshToken === undefined ? {} : { refresh_token: refreshToken }),
     scope: formatScope(issuance.scopes),
     created_at: Math.floor(issuedAt / 1000),

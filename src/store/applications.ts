@@ -17,6 +17,8 @@ export interface ApplicationRecord {
   resources?: string[];
   /** The rate limit policy (tier) that meters it instead of its routes' own; absent or null: theirs. */
   rateLimit?: string | null;
+  /** The operator lets it exchange its users' tokens for tokens of other resources (RFC 8693). Absent: it may not. */
+  tokenExchange?: boolean;
 }
 
 /** The registered applications (OAuth clients). */

@@ -138,6 +138,15 @@ export class CachedTokens implements Tokens {
     return entry !== undefined && this.answers(entry) ? Promise.resolve(entry) : this.miss(digest, entry);
   }
 
+  /**
+   * The store's own record, past the cache: the whole of it (the cache keeps what the gateway
+   * needs, not a token's lineage), and never one revoked a moment ago on another sidecar. For the
+   * issuer's rare reads that act on a token's record (a token exchange's subject token).
+   */
+  storedAccessToken(digest: string): Promise<AccessTokenRecord | null> {
+    return this.tokens.getAccessToken(digest);
+  }
+
   /** Whether the cache holds `digest` as a token the store did not know, a moment ago (a trace says so). */
   knowsUnknown(digest: string): boolean {
     const unknownUntil = this.unknown.get(digest);

@@ -14,7 +14,16 @@ export type { Counters } from './counters.js';
 export type { Secrets } from './secrets.js';
 export type { SessionRecord, Sessions } from './sessions.js';
 export type { Consumed } from './single-use.js';
-export type { AccessTokenRecord, IdentityOrigin, IndexRevocation, RefreshTokenRecord, RevocationEvent, RevocationFeed, Tokens } from './tokens/port.js';
+export type {
+  AccessTokenRecord,
+  ActingParty,
+  IdentityOrigin,
+  IndexRevocation,
+  RefreshTokenRecord,
+  RevocationEvent,
+  RevocationFeed,
+  Tokens,
+} from './tokens/port.js';
 export { REVOKED_MARK_MS } from './tokens/port.js';
 export type { UserRecord, Users } from './users.js';
 

@@ -1,6 +1,6 @@
 import { DigestTable, grown, type DropReason } from './digest-table.js';
 import { InternedStrings } from './interned-strings.js';
-import type { AccessTokenRecord } from './tokens/port.js';
+import type { AccessTokenRecord, ActingParty } from './tokens/port.js';
 import type { VerifiedToken } from './verified-token.js';
 
 /**
@@ -8,7 +8,7 @@ import type { VerifiedToken } from './verified-token.js';
  * and unknown ones, each a DigestTable (16-byte keys, LRU order, in typed arrays) with its
  * columns. What a valid token's record holds is kept as numbers: its times as such, its user,
  * family and DPoP key thumbprint as ids of InternedStrings, and what many tokens share (kind,
- * client id, scopes, audience) as the id of a profile. No object per entry; the object a hit
+ * client id, scopes, audience, the acting party of an exchanged token) as the id of a profile. No object per entry; the object a hit
  * hands out is built from the columns when asked for and kept in a small table of views, so a
  * token served again and again is one object, as it was when every entry was one.
  */
@@ -29,6 +29,8 @@ interface Profile {
   readonly scopes: string[];
   readonly scope: string;
   readonly audience: string[];
+  /** The party acting for the user, on a token from a token exchange; undefined otherwise. */
+  readonly act: ActingParty | undefined;
 }
 
 const NO_AUDIENCE = Object.freeze([]) as unknown as string[];
@@ -53,10 +55,11 @@ class TokenProfiles {
   private unheld = 0;
 
   /** The profile of `token`, shared with every entry and read that has the same one. */
-  of(token: Pick<AccessTokenRecord, 'kind' | 'clientId' | 'scopes' | 'audience'>): Profile {
+  of(token: Pick<AccessTokenRecord, 'kind' | 'clientId' | 'scopes' | 'audience' | 'act'>): Profile {
     const scope = token.scopes.join(' ');
     const audience = token.audience ?? [];
-    const key = `${token.kind}\n${token.clientId}\n${scope}\n${audience.join(' ')}`;
+    const act = token.act ?? undefined;
+    const key = `${token.kind}\n${token.clientId}\n${scope}\n${audience.join(' ')}${act === undefined ? '' : `\n${JSON.stringify(act)}`}`;
     const id = this.ids.get(key);
     if (id !== undefined) return this.profiles[id]!;
     const profile = Object.freeze({
@@ -66,6 +69,7 @@ class TokenProfiles {
       scopes: Object.freeze([...token.scopes]) as string[],
       scope,
       audience: audience.length === 0 ? NO_AUDIENCE : (Object.freeze([...audience]) as string[]),
+      act: act === undefined ? undefined : deepFreeze(structuredClone(act)),
     });
     this.add(profile, 0);
     return profile;
@@ -125,6 +129,11 @@ class TokenProfiles {
     }
     this.unheld = 0;
   }
+}
+
+function deepFreeze(party: ActingParty): ActingParty {
+  if (party.act !== undefined) deepFreeze(party.act);
+  return Object.freeze(party);
 }
 
 /** The tokens the store knew, as the cache keeps them. */
@@ -282,6 +291,7 @@ export class ValidTokens {
       scope: profile.scope,
       familyId,
       audience: profile.audience,
+      act: profile.act,
       issuedAt,
       expiresAt,
       jkt,

@@ -1,6 +1,8 @@
 import { cloneOrNull, ExpiringMap } from '../expiring-map.js';
 import { consume, type Consumed } from '../single-use.js';
 import {
+  exchangeIndex,
+  exchangeIndexes,
   identityIndexes,
   identityIssuerIndex,
   identitySubjectIndex,
@@ -14,7 +16,7 @@ import {
   type Tokens,
 } from './port.js';
 
-type IndexedRecord = { clientId: string; userId: string | null; familyId: string | null; identity?: IdentityOrigin };
+type IndexedRecord = { clientId: string; userId: string | null; familyId: string | null; identity?: IdentityOrigin; exchangedFrom?: string[] };
 
 /** The tokens of a single instance, with the same indexes and revocation rules as the Redis ones. */
 export class MemoryTokens implements Tokens {
@@ -52,7 +54,7 @@ export class MemoryTokens implements Tokens {
   }
 
   async revokeAccessToken(digest: string): Promise<number> {
-    return this.removeMembers([`at:${digest}`]);
+    return this.removeMembers([`at:${digest}`]) + this.revokeIndexed(exchangeIndex(digest), true);
   }
 
   async revokeRefreshToken(digest: string): Promise<number> {
@@ -159,5 +161,6 @@ function indexKeys(record: IndexedRecord): string[] {
   if (record.userId !== null) keys.push(`user:${record.userId}`);
   if (record.familyId !== null) keys.push(`family:${record.familyId}`);
   if (record.identity !== undefined) keys.push(...identityIndexes(record.identity));
+  keys.push(...exchangeIndexes(record.exchangedFrom));
   return keys;
 }

@@ -18,6 +18,29 @@ export interface AccessTokenRecord {
   jkt?: string;
   /** The identity provider's subject an identity assertion (ID-JAG) named; absent for tokens of other grants. */
   identity?: IdentityOrigin;
+  /** For a token from a token exchange (RFC 8693): the party acting for the user (the `act` claim). */
+  act?: ActingParty;
+  /**
+   * For a token from a token exchange: the digests of the access tokens it descends from, the
+   * subject token first, then the one that token was exchanged from, and so on. It is indexed
+   * under each (`exchanged:<digest>`), so revoking any of them revokes it.
+   */
+  exchangedFrom?: string[];
+}
+
+/** RFC 8693 section 4.1: who acts; `act` nested inside: who acted before it, in a chain of exchanges. */
+export interface ActingParty {
+  clientId: string;
+  act?: ActingParty;
+}
+
+/** The index names (after `idx:`) of a token exchanged from others: one per token it descends from. */
+export function exchangeIndexes(exchangedFrom: readonly string[] | undefined): string[] {
+  return (exchangedFrom ?? []).map(exchangeIndex);
+}
+
+export function exchangeIndex(subjectDigest: string): string {
+  return `exchanged:${subjectDigest}`;
 }
 
 /** Who, at which identity provider, a token was issued for. */
@@ -110,7 +133,11 @@ export interface Tokens {
   /** Atomic single use, as authorization codes: rotation and reuse detection. */
   consumeRefreshToken(digest: string): Promise<Consumed<RefreshTokenRecord> | null>;
 
-  /** Each revoke* removes the tokens and publishes a RevocationEvent. They return how many went. */
+  /**
+   * Each revoke* removes the tokens and publishes a RevocationEvent. They return how many went.
+   * Revoking an access token revokes the tokens exchanged from it too, for good: one exchanged
+   * from it while it was being revoked is born revoked.
+   */
   revokeAccessToken(digest: string): Promise<number>;
   revokeRefreshToken(digest: string): Promise<number>;
   /** A family revoked is revoked for good: a token of it saved later is born revoked. */

@@ -2,6 +2,8 @@ import type { RedisDoor } from '../backend.js';
 import { consumed, parse } from '../redis-records.js';
 import { CONSUME_SCRIPT, type Consumed } from '../single-use.js';
 import {
+  exchangeIndex,
+  exchangeIndexes,
   identityIndexes,
   identityIssuerIndex,
   identitySubjectIndex,
@@ -19,6 +21,7 @@ import { TOKEN_SCRIPTS } from './scripts.js';
  * Keys:
  *   at:<digest>   JSON AccessTokenRecord, TTL
  *   rt:<digest>   HASH r=JSON used=1 once used, TTL  (rotation, reuse visible)
+ *   idx:exchanged:<digest>  ZSET of the tokens exchanged from access token <digest> (RFC 8693)
  *   idx:user|client|family:<id>  ZSET of "at:<digest>"/"rt:<digest>" scored by expiry, TTL = last expiry;
  *                 member "revoked" once the family, user or application is gone for good
  *   channel revocations  RevocationEvent JSON (sharded pub/sub on a Cluster)
@@ -58,8 +61,9 @@ export class RedisTokens implements Tokens {
     return consumed<RefreshTokenRecord>(await this.door.write('consume', this.door.key(`rt:${digest}`)));
   }
 
-  revokeAccessToken(digest: string): Promise<number> {
-    return this.removeMembers([`at:${digest}`]);
+  async revokeAccessToken(digest: string): Promise<number> {
+    const removed = await this.removeMembers([`at:${digest}`]);
+    return removed + (await this.revokeIndexed(this.door.key(`idx:${exchangeIndex(digest)}`), true));
   }
 
   revokeRefreshToken(digest: string): Promise<number> {
@@ -103,6 +107,7 @@ export class RedisTokens implements Tokens {
     if (record.userId !== null) keys.push(this.indexKey('user', record.userId));
     if (record.familyId !== null) keys.push(this.indexKey('family', record.familyId));
     if ('identity' in record && record.identity !== undefined) for (const index of identityIndexes(record.identity)) keys.push(this.door.key(`idx:${index}`));
+    if ('exchangedFrom' in record) for (const index of exchangeIndexes(record.exchangedFrom)) keys.push(this.door.key(`idx:${index}`));
     return keys;
   }
 
