@@ -45,7 +45,10 @@ function tokengate(args: string[], options: { stdin?: string; adminToken?: strin
 
 const withConfig = (...args: string[]) => [...args, '--config', configFile];
 
-describe('tokengate apps', () => {
+/** A bound for a hang: a test here spawns up to twenty CLI processes, about a second of CPU each. */
+const CLI_STEPS_TIMEOUT = 120_000;
+
+describe('tokengate apps', { timeout: CLI_STEPS_TIMEOUT }, () => {
   it('creates a confidential application, prints its credentials once, and they work at the token endpoint', async () => {
     const run = await tokengate(withConfig('apps', 'create', '--name', 'Box office', '--redirect-uri', 'https://box.example/callback'));
     expect(run.stderr).toBe('');
@@ -170,7 +173,7 @@ describe('tokengate apps', () => {
   });
 });
 
-describe('tokengate users and tokens', () => {
+describe('tokengate users and tokens', { timeout: CLI_STEPS_TIMEOUT }, () => {
   it('creates a user from a password on stdin, refuses a duplicate, lists, revokes and deletes', async () => {
     const created = await tokengate(withConfig('users', 'create', '--email', 'Ana@Example.com', '--password-stdin', '--json'), {
       stdin: 'correct horse battery\n',
@@ -266,7 +269,7 @@ describe('tokengate users and tokens', () => {
   });
 });
 
-describe('tokengate CLI: reaching the instance', () => {
+describe('tokengate CLI: reaching the instance', { timeout: CLI_STEPS_TIMEOUT }, () => {
   it('says so in one line when no instance listens on the configured admin port', async () => {
     const deadConfig = writeConfig('dead.yaml', await freePort());
     const run = await tokengate(['apps', 'list', '--config', deadConfig]);
