@@ -30,6 +30,8 @@ export const IDENTITY_HEADERS = Object.freeze({
   clientId: 'x-auth-client-id',
   scope: 'x-auth-scope',
   tokenKind: 'x-auth-token-kind',
+  /** Set on a token a service got by token exchange: the service acting for the user. */
+  actorClientId: 'x-auth-actor-client-id',
 });
 const REQUEST_ID_HEADER = 'x-request-id';
 /** The header tokengate's signed identity comes in (signedIdentity.header), and its JOSE type. */
@@ -39,7 +41,7 @@ const BODY_LIMIT = 16 * 1024;
 
 /**
  * @typedef {'user' | 'organizer' | 'all'} ApiName
- * @typedef {{ userId: string | null, clientId: string, scopes: string[], tokenKind: string }} Identity
+ * @typedef {{ userId: string | null, clientId: string, scopes: string[], tokenKind: string, actorClientId?: string }} Identity
  * @typedef {{ method: string, path: string, query: string, requestId: string | null, headers: import('node:http').IncomingHttpHeaders }} Received
  * @typedef {{ status: number, body: Record<string, unknown> }} Answer
  * @typedef {(identity: Identity, body: unknown) => Answer} Action
@@ -146,7 +148,9 @@ function identityOf(headers) {
   const clientId = single(IDENTITY_HEADERS.clientId);
   const tokenKind = single(IDENTITY_HEADERS.tokenKind);
   if (clientId === null || tokenKind === null) return null;
-  return { userId: single(IDENTITY_HEADERS.userId), clientId, scopes: (single(IDENTITY_HEADERS.scope) ?? '').split(' ').filter(Boolean), tokenKind };
+  const identity = { userId: single(IDENTITY_HEADERS.userId), clientId, scopes: (single(IDENTITY_HEADERS.scope) ?? '').split(' ').filter(Boolean), tokenKind };
+  const actorClientId = single(IDENTITY_HEADERS.actorClientId);
+  return actorClientId === null ? identity : { ...identity, actorClientId };
 }
 
 /**
