@@ -200,6 +200,8 @@ describe('token cache: Redis outages', () => {
         return false;
       }
     });
+    // The gateway's own connection is back too (each process reconnects on its own schedule).
+    await eventually(async () => (await outcome(gateway.cache.getAccessToken(newDigest()))).answer === 'unknown');
     // A token issued now is accepted at once; the ones saved again within the negative TTL.
     const issuedAfter = newDigest();
     await issuer.cache.saveAccessToken(issuedAfter, accessToken());
