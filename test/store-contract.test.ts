@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { createMetrics } from '../src/observability/metrics.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { deleteApplicationAndTokens, deleteUserAndTokens } from '../src/store/deletions.js';
+import { deleteApplicationAndTokens, deleteUserAndTokens, endGrant } from '../src/store/deletions.js';
 import { withTokens, type AccessTokenRecord, type RefreshTokenRecord, type RevocationEvent, type Store } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
@@ -227,6 +227,86 @@ describe.each(stores)('authorization codes port contract: %s', (_name, _driver, 
   });
 });
 
+describe.each(stores)('grants port contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
+
+  it("keeps a user's grant to an application, grows it with each approval under the same id, and lists the user's grants", async () => {
+    const first = await subject.store.grants.approve('user-g', 'client-a', { scopes: ['public'], resources: ['https://api.example/'] }, 1_000);
+    expect(first).toEqual({
+      id: expect.any(String),
+      userId: 'user-g',
+      clientId: 'client-a',
+      scopes: ['public'],
+      resources: ['https://api.example/'],
+      approvedAt: 1_000,
+      lastUsedAt: 1_000,
+    });
+    expect(await subject.peer.grants.get('user-g', 'client-a')).toEqual(first);
+    // Nothing new: the same grant, approved when it was, used now.
+    expect(await subject.peer.grants.approve('user-g', 'client-a', { scopes: ['public'], resources: [] }, 2_000)).toEqual({ ...first, lastUsedAt: 2_000 });
+    const grown = await subject.store.grants.approve('user-g', 'client-a', { scopes: ['public', 'organizer'], resources: ['https://api.example/'] }, 3_000);
+    expect(grown).toEqual({ ...first, scopes: ['public', 'organizer'], approvedAt: 3_000, lastUsedAt: 3_000 });
+    await subject.store.grants.approve('user-g', 'client-b', { scopes: ['public'], resources: [] }, 4_000);
+    await subject.store.grants.approve('user-other', 'client-a', { scopes: ['public'], resources: [] }, 5_000);
+    expect((await subject.peer.grants.list('user-g')).map((grant) => [grant.clientId, grant.approvedAt])).toEqual([
+      ['client-b', 4_000],
+      ['client-a', 3_000],
+    ]);
+    expect(await subject.store.grants.list('user-nobody')).toEqual([]);
+    expect(await subject.store.grants.get('user-g', 'client-c')).toBeNull();
+  });
+
+  it('loses nothing when approvals of one grant race on two sidecars', async () => {
+    const scopes = Array.from({ length: 12 }, (_, index) => `scope-${index}`);
+    await Promise.all(
+      scopes.map((scope, index) =>
+        (index % 2 === 0 ? subject.store : subject.peer).grants.approve('user-race', 'client-a', { scopes: [scope], resources: [] }, 1_000 + index),
+      ),
+    );
+    const grant = await subject.store.grants.get('user-race', 'client-a');
+    expect([...grant!.scopes].sort()).toEqual([...scopes].sort());
+  });
+
+  it('marks a grant used only while it stands under the id it was issued with', async () => {
+    const grant = await subject.store.grants.approve('user-t', 'client-a', { scopes: ['public'], resources: [] }, 1_000);
+    expect(await subject.peer.grants.touch('user-t', 'client-a', grant.id, 7_000)).toBe(true);
+    expect((await subject.store.grants.get('user-t', 'client-a'))!.lastUsedAt).toBe(7_000);
+    expect(await subject.store.grants.touch('user-t', 'client-a', 'another-id', 8_000)).toBe(false);
+    expect(await subject.store.grants.touch('user-t', 'client-b', grant.id, 8_000)).toBe(false);
+    expect((await subject.store.grants.get('user-t', 'client-a'))!.lastUsedAt).toBe(7_000);
+
+    expect(await subject.peer.grants.delete('user-t', 'client-a')).toBe(true);
+    expect(await subject.peer.grants.delete('user-t', 'client-a')).toBe(false);
+    expect(await subject.store.grants.get('user-t', 'client-a')).toBeNull();
+    expect(await subject.store.grants.touch('user-t', 'client-a', grant.id, 9_000)).toBe(false);
+    // Approved again after it ended: another grant, which the old id does not name.
+    const again = await subject.store.grants.approve('user-t', 'client-a', { scopes: ['public'], resources: [] }, 10_000);
+    expect(again.id).not.toBe(grant.id);
+    expect(await subject.store.grants.touch('user-t', 'client-a', grant.id, 11_000)).toBe(false);
+  });
+
+  it('ends every grant of a deleted user, and every grant to a deleted application', async () => {
+    for (const [user, client] of [
+      ['user-1', 'client-a'],
+      ['user-1', 'client-b'],
+      ['user-2', 'client-a'],
+      ['user-2', 'client-b'],
+      ['user-3', 'client-b'],
+    ] as const)
+      await subject.store.grants.approve(user, client, { scopes: ['public'], resources: [] }, 1_000);
+    await subject.store.users.create({ id: 'user-1', email: 'one@example.com', passwordHash: 'x', createdAt: 1 });
+    await deleteUserAndTokens(subject.peer, 'user-1');
+    expect(await subject.store.grants.list('user-1')).toEqual([]);
+    await deleteApplicationAndTokens(subject.peer, 'client-b');
+    expect((await subject.store.grants.list('user-2')).map((grant) => grant.clientId)).toEqual(['client-a']);
+    expect(await subject.store.grants.list('user-3')).toEqual([]);
+    // The user deleted before was not left behind as one of the application's users.
+    await subject.store.grants.approve('user-1', 'client-b', { scopes: ['public'], resources: [] }, 2_000);
+    await deleteApplicationAndTokens(subject.peer, 'client-b');
+    expect(await subject.store.grants.list('user-1')).toEqual([]);
+  });
+});
+
 describe.each(implementations)('tokens port contract: %s', (_name, _driver, open) => {
   const subject = eachTest(open);
 
@@ -354,6 +434,33 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     expect(await subject.store.tokens.revokeClientTokens('client-z')).toBe(1);
     expect(await subject.store.tokens.getAccessToken(appToken)).toBeNull();
     expect(await subject.store.tokens.revokeClientTokens('client-z')).toBe(0);
+  });
+
+  it('revokes the tokens of one user at one application, announced to the peer, and keeps those saved after (not for good)', async () => {
+    const mine = { access: newDigest(), refresh: newDigest() };
+    const myOtherApplication = newDigest();
+    const otherUserSameApplication = newDigest();
+    const applicationToken = newDigest();
+    await subject.store.tokens.saveAccessToken(mine.access, accessToken({ userId: 'user-d', clientId: 'client-d', familyId: 'fam-d1' }));
+    await subject.store.tokens.saveRefreshToken(mine.refresh, refreshToken({ userId: 'user-d', clientId: 'client-d', familyId: 'fam-d1' }));
+    await subject.store.tokens.saveAccessToken(myOtherApplication, accessToken({ userId: 'user-d', clientId: 'client-e', familyId: 'fam-d2' }));
+    await subject.store.tokens.saveAccessToken(otherUserSameApplication, accessToken({ userId: 'user-f', clientId: 'client-d', familyId: 'fam-d3' }));
+    await subject.store.tokens.saveAccessToken(applicationToken, accessToken({ kind: 'application', userId: null, familyId: null, clientId: 'client-d' }));
+    for (const digest of [mine.access, myOtherApplication, otherUserSameApplication, applicationToken])
+      expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeUserClientTokens('user-d', 'client-d')).toBe(2);
+    await eventually(async () => (await subject.peer.tokens.getAccessToken(mine.access)) === null);
+    expect(await subject.peer.tokens.getRefreshToken(mine.refresh)).toBeNull();
+    for (const digest of [myOtherApplication, otherUserSameApplication, applicationToken])
+      expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    // The user may connect the application again at once: its new tokens are kept.
+    const later = newDigest();
+    await subject.peer.tokens.saveAccessToken(later, accessToken({ userId: 'user-d', clientId: 'client-d', familyId: 'fam-d4' }));
+    expect(await subject.store.tokens.getAccessToken(later)).not.toBeNull();
+    expect(await endGrant(subject.store, 'user-d', 'client-d')).toEqual({ existed: false, revoked: 1 });
+    expect(await subject.store.tokens.getAccessToken(later)).toBeNull();
   });
 
   it('revokes every token issued from the assertions of one identity provider subject, or of the whole provider, on the peer too', async () => {
@@ -573,13 +680,32 @@ describe('redis store: what Redis holds', () => {
     await store.tokens.saveAccessToken(newDigest(), accessToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
     await store.tokens.saveRefreshToken(newDigest(), refreshToken({ userId: 'u-other', familyId: 'f-layout', clientId: 'c-layout' }));
     await store.sessions.save('s-layout', { userId: null, createdAt: now }, 60_000);
+    await store.grants.approve('u-other', 'c-layout', { scopes: ['public'], resources: [] }, now);
     await store.counters.increment('login:layout', 60_000);
     await store.secrets.getOrCreate('layout', 'x');
     await deleteUserAndTokens(store, 'u-layout');
 
     const written = new Set((await redis.keys(`${prefix}*`)).map((key) => key.slice(prefix.length).replace(/^(idx:[a-z]+|[a-z-]+):.*$/, '$1')));
     expect([...written].sort()).toEqual(
-      ['app', 'apps', 'at', 'code', 'counter', 'idx:client', 'idx:family', 'idx:user', 'rt', 'secret', 'session', 'user', 'user-email', 'users'].sort(),
+      [
+        'app',
+        'apps',
+        'at',
+        'code',
+        'counter',
+        'grant-users',
+        'grants',
+        'idx:client',
+        'idx:family',
+        'idx:grant',
+        'idx:user',
+        'rt',
+        'secret',
+        'session',
+        'user',
+        'user-email',
+        'users',
+      ].sort(),
     );
     for (const name of written) expect(names).toContain(name);
     // The user's index stays marked, for good, after the user is gone.

@@ -298,6 +298,15 @@ export class CachedTokens implements Tokens {
     return result;
   }
 
+  /** As dropMatching, for the tokens of one user at one application. */
+  private async dropRevokedOf<T>(revocation: Promise<T>, userId: string, clientId: string): Promise<T> {
+    const result = await revocation;
+    this.valid.deleteUserClient(userId, clientId);
+    this.outdatePendingReads();
+    this.countEntries();
+    return result;
+  }
+
   private countEntries(): void {
     this.validEntries.set(this.valid.size);
     this.unknownEntries.set(this.unknown.size);
@@ -334,6 +343,10 @@ export class CachedTokens implements Tokens {
 
   revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number> {
     return this.dropMatching(this.tokens.revokeClientTokens(clientId, options), 'clientId', clientId);
+  }
+
+  revokeUserClientTokens(userId: string, clientId: string): Promise<number> {
+    return this.dropRevokedOf(this.tokens.revokeUserClientTokens(userId, clientId), userId, clientId);
   }
 
   /**

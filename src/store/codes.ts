@@ -19,6 +19,8 @@ export interface AuthorizationCodeRecord {
   expiresAt: number;
   /** `dpop_jkt` of the authorization request (RFC 9449 section 10): the code is redeemed only with a proof by that key. */
   jkt?: string;
+  /** The id of the user's grant to the application it was issued under (./grants.ts); absent on codes from before grants were kept. */
+  grantId?: string;
 }
 
 /** Authorization codes, keyed by the code's digest, until their expiry. */

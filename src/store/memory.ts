@@ -2,6 +2,7 @@ import { MemoryApplications } from './applications.js';
 import { MEMORY_BACKEND } from './backend.js';
 import { MemoryAuthorizationCodes } from './codes.js';
 import { MemoryCounters } from './counters.js';
+import { MemoryGrants } from './grants.js';
 import { MemorySecrets } from './secrets.js';
 import { MemorySessions } from './sessions.js';
 import type { Store } from './store.js';
@@ -22,6 +23,7 @@ export class MemoryStore implements Store {
   readonly codes = new MemoryAuthorizationCodes();
   readonly tokens = new MemoryTokens();
   readonly sessions = new MemorySessions();
+  readonly grants = new MemoryGrants();
   readonly counters = new MemoryCounters();
   readonly secrets = new MemorySecrets();
   private readonly sweeper: NodeJS.Timeout;

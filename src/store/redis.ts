@@ -2,6 +2,7 @@ import { RedisApplications } from './applications.js';
 import type { RedisDoor } from './backend.js';
 import { RedisAuthorizationCodes } from './codes.js';
 import { RedisCounters } from './counters.js';
+import { RedisGrants } from './grants.js';
 import { IoredisDoor, type RedisDoorOptions } from './redis-door.js';
 import { RedisSecrets } from './secrets.js';
 import { RedisSessions } from './sessions.js';
@@ -15,8 +16,9 @@ import { RedisUsers } from './users.js';
  *   app:<client_id>, apps                       ./applications.ts
  *   user:<id>, user-email:<email>, users        ./users.ts
  *   code:<digest>                               ./codes.ts
- *   at:<digest>, rt:<digest>, idx:user|client|family:<id>, channel revocations   ./tokens/redis.ts
+ *   at:<digest>, rt:<digest>, idx:user|client|family:<id>, idx:grant:<digest>, channel revocations   ./tokens/redis.ts
  *   session:<digest>                            ./sessions.ts
+ *   grants:<user_id>, grant-users:<client_id>   ./grants.ts
  *   counter:<name>                              ./counters.ts
  *   secret:<name>                               ./secrets.ts
  *
@@ -35,6 +37,7 @@ export class RedisStore implements Store {
   readonly codes: RedisAuthorizationCodes;
   readonly tokens: RedisTokens;
   readonly sessions: RedisSessions;
+  readonly grants: RedisGrants;
   readonly counters: RedisCounters;
   readonly secrets: RedisSecrets;
 
@@ -45,6 +48,7 @@ export class RedisStore implements Store {
     this.codes = new RedisAuthorizationCodes(door);
     this.tokens = new RedisTokens(door);
     this.sessions = new RedisSessions(door);
+    this.grants = new RedisGrants(door);
     this.counters = new RedisCounters(door);
     this.secrets = new RedisSecrets(door);
   }

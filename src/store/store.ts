@@ -3,6 +3,7 @@ import type { Applications } from './applications.js';
 import type { Backend } from './backend.js';
 import type { AuthorizationCodes } from './codes.js';
 import type { Counters } from './counters.js';
+import type { Grants } from './grants.js';
 import type { Secrets } from './secrets.js';
 import type { Sessions } from './sessions.js';
 import type { Tokens } from './tokens/port.js';
@@ -11,6 +12,7 @@ import type { Users } from './users.js';
 export type { ApplicationRecord, Applications } from './applications.js';
 export type { AuthorizationCodeRecord, AuthorizationCodes } from './codes.js';
 export type { Counters } from './counters.js';
+export type { Approval, GrantRecord, Grants } from './grants.js';
 export type { Secrets } from './secrets.js';
 export type { SessionRecord, Sessions } from './sessions.js';
 export type { Consumed } from './single-use.js';
@@ -45,6 +47,8 @@ export interface Store {
   /** Access and refresh tokens, their revocation and the revocation feed; the one port the cache wraps. */
   readonly tokens: Tokens;
   readonly sessions: Sessions;
+  /** What each user approved for each application (remembered consent). */
+  readonly grants: Grants;
   /** The login throttle's counters. */
   readonly counters: Counters;
   readonly secrets: Secrets;
@@ -63,6 +67,7 @@ export function withTokens(store: Store, tokens: Tokens): Store {
     codes: store.codes,
     tokens,
     sessions: store.sessions,
+    grants: store.grants,
     counters: store.counters,
     secrets: store.secrets,
     ping: () => store.ping(),

@@ -244,6 +244,14 @@ export class ValidTokens {
     for (const slot of this.table.slots()) if (matches(slot)) this.table.delete(slot);
   }
 
+  /** Drops every entry of one user at one application. */
+  deleteUserClient(userId: string, clientId: string): void {
+    const profiles = this.profiles.ofClient(clientId);
+    const id = this.strings.find(userId);
+    if (profiles.size === 0 || id === 0) return;
+    for (const slot of this.table.slots()) if (this.user[slot] === id && profiles.has(this.profile[slot]!)) this.table.delete(slot);
+  }
+
   clear(): void {
     this.table.clear();
     this.profiles.clear();

@@ -7,6 +7,7 @@ import {
   identityIssuerIndex,
   identitySubjectIndex,
   REVOKED_MARK_MS,
+  userClientIndex,
   type IdentityOrigin,
   type AccessTokenRecord,
   type IndexRevocation,
@@ -22,7 +23,7 @@ type IndexedRecord = { clientId: string; userId: string | null; familyId: string
 export class MemoryTokens implements Tokens {
   private readonly accessTokens = new ExpiringMap<AccessTokenRecord>();
   private readonly refreshTokens = new ExpiringMap<{ record: RefreshTokenRecord; used: boolean }>();
-  /** `user:ID`, `client:ID`, `family:ID` -> the access (`at:`) and refresh (`rt:`) digests under it. */
+  /** `user:ID`, `client:ID`, `family:ID`, `grant:DIGEST`... -> the access (`at:`) and refresh (`rt:`) digests under it. */
   private readonly index = new Map<string, Set<string>>();
   /** Index keys revoked for good (a family, a deleted user or application) -> until when a token of them is refused. */
   private readonly revokedForGood = new ExpiringMap<true>();
@@ -71,6 +72,10 @@ export class MemoryTokens implements Tokens {
 
   async revokeClientTokens(clientId: string, options: IndexRevocation = {}): Promise<number> {
     return this.revokeIndexed(`client:${clientId}`, options.forGood === true);
+  }
+
+  async revokeUserClientTokens(userId: string, clientId: string): Promise<number> {
+    return this.revokeIndexed(userClientIndex(userId, clientId), false);
   }
 
   async revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
@@ -158,7 +163,7 @@ export class MemoryTokens implements Tokens {
 
 function indexKeys(record: IndexedRecord): string[] {
   const keys = [`client:${record.clientId}`];
-  if (record.userId !== null) keys.push(`user:${record.userId}`);
+  if (record.userId !== null) keys.push(`user:${record.userId}`, userClientIndex(record.userId, record.clientId));
   if (record.familyId !== null) keys.push(`family:${record.familyId}`);
   if (record.identity !== undefined) keys.push(...identityIndexes(record.identity));
   keys.push(...exchangeIndexes(record.exchangedFrom));

@@ -43,6 +43,15 @@ export function exchangeIndex(subjectDigest: string): string {
   return `exchanged:${subjectDigest}`;
 }
 
+/**
+ * The index name (after `idx:`) of every token of one user at one application: what
+ * disconnecting the application, or revoking the user's grant to it, revokes. Hashed: a client
+ * id may be a long URL (a metadata document's).
+ */
+export function userClientIndex(userId: string, clientId: string): string {
+  return `grant:${hash('sha256', `${userId}\n${clientId}`, 'base64url')}`;
+}
+
 /** Who, at which identity provider, a token was issued for. */
 export interface IdentityOrigin {
   /** The provider's `iss`. */
@@ -79,6 +88,8 @@ export interface RefreshTokenRecord {
   expiresAt: number;
   /** DPoP binding of a public client's refresh token: refreshing needs a proof by this key. */
   jkt?: string;
+  /** The id of the user's grant to the application it was issued under (../grants.ts); absent on refresh tokens from before grants were kept. */
+  grantId?: string;
 }
 
 /** What a revocation removed; sent to every sidecar so each drops those cache entries. */
@@ -144,6 +155,12 @@ export interface Tokens {
   revokeFamily(familyId: string): Promise<number>;
   revokeUserTokens(userId: string, options?: IndexRevocation): Promise<number>;
   revokeClientTokens(clientId: string, options?: IndexRevocation): Promise<number>;
+  /**
+   * Every token of one user at one application, whatever grant type issued it. Never for good:
+   * the user may connect the application again at once (what keeps a token issued during the
+   * revocation from outliving it is the grant's own check, src/issuer/grant-types/grant-check.ts).
+   */
+  revokeUserClientTokens(userId: string, clientId: string): Promise<number>;
   /** Every token issued from the identity assertions of one subject of a provider, or, without a subject, of the whole provider. */
   revokeIdentityTokens(issuer: string, subject?: string): Promise<number>;
 

@@ -8,6 +8,7 @@ import {
   identityIssuerIndex,
   identitySubjectIndex,
   REVOKED_MARK_MS,
+  userClientIndex,
   type AccessTokenRecord,
   type IndexRevocation,
   type RefreshTokenRecord,
@@ -21,6 +22,7 @@ import { TOKEN_SCRIPTS } from './scripts.js';
  * Keys:
  *   at:<digest>   JSON AccessTokenRecord, TTL
  *   rt:<digest>   HASH r=JSON used=1 once used, TTL  (rotation, reuse visible)
+ *   idx:grant:<digest>  ZSET of the tokens of one user at one application (digest of both ids), never marked
  *   idx:exchanged:<digest>  ZSET of the tokens exchanged from access token <digest> (RFC 8693)
  *   idx:user|client|family:<id>  ZSET of "at:<digest>"/"rt:<digest>" scored by expiry, TTL = last expiry;
  *                 member "revoked" once the family, user or application is gone for good
@@ -82,6 +84,10 @@ export class RedisTokens implements Tokens {
     return this.revokeIndexed(this.indexKey('client', clientId), options.forGood === true);
   }
 
+  revokeUserClientTokens(userId: string, clientId: string): Promise<number> {
+    return this.revokeIndexed(this.door.key(`idx:${userClientIndex(userId, clientId)}`), false);
+  }
+
   revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
     const index = subject === undefined ? identityIssuerIndex(issuer) : identitySubjectIndex(issuer, subject);
     return this.revokeIndexed(this.door.key(`idx:${index}`), false);
@@ -104,7 +110,7 @@ export class RedisTokens implements Tokens {
 
   private indexKeys(record: AccessTokenRecord | RefreshTokenRecord): string[] {
     const keys = [this.indexKey('client', record.clientId)];
-    if (record.userId !== null) keys.push(this.indexKey('user', record.userId));
+    if (record.userId !== null) keys.push(this.indexKey('user', record.userId), this.door.key(`idx:${userClientIndex(record.userId, record.clientId)}`));
     if (record.familyId !== null) keys.push(this.indexKey('family', record.familyId));
     if ('identity' in record && record.identity !== undefined) for (const index of identityIndexes(record.identity)) keys.push(this.door.key(`idx:${index}`));
     if ('exchangedFrom' in record) for (const index of exchangeIndexes(record.exchangedFrom)) keys.push(this.door.key(`idx:${index}`));
