@@ -9,6 +9,7 @@ import { BaseSequencer, type TestSpecification } from 'vitest/node';
 export const UNIT = [
   'test/config.test.ts',
   'test/config-watch.test.ts',
+  'test/consent-rule.test.ts',
   'test/docs.test.ts',
   'test/error-tables.test.ts',
   'test/layers.test.ts',

@@ -45,6 +45,8 @@ export type Issuance =
       exchange?: { act: ActingParty; exchangedFrom: string[] };
       /** Epoch ms the access token may not outlive (a token exchange's subject token's expiry). */
       notAfter?: number;
+      /** The user's grant to the application the tokens are issued under (a code's or a refresh token's), kept with the refresh token. */
+      grantId?: string;
     };
 
 /**
@@ -83,6 +85,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
       issuedAt,
       expiresAt: issuedAt + refreshTokenTtl * 1000,
       ...(issuance.jkt !== null && issuance.bindRefreshToken ? { jkt: issuance.jkt } : {}),
+      ...(issuance.grantId === undefined ? {} : { grantId: issuance.grantId }),
     };
     saves.push(context.store.tokens.saveRefreshToken(tokenDigest(refreshToken), refresh));
   }

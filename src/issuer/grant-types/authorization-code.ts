@@ -5,6 +5,7 @@ import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
 import { isWellFormedCodeVerifier, verifyCodeVerifier } from '../pkce.js';
+import { confirmGrant, grantIdOf } from './grant-check.js';
 import type { GrantType } from './grant-type.js';
 import { invalidCredential, refuseLeakedCredential } from './single-use.js';
 
@@ -47,7 +48,8 @@ export const authorizationCode: GrantType = {
     if (context.config.issuer.users.source === 'store' && (await context.store.users.get(record.userId)) === null) {
       throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
     }
-    return issueTokens(
+    const grantId = await grantIdOf(context, record);
+    const response = await issueTokens(
       context,
       {
         kind: 'user',
@@ -60,8 +62,11 @@ export const authorizationCode: GrantType = {
         bindRefreshToken: !client.application.confidential,
         audience: audience.token,
         grantAudience: audience.grant,
+        grantId,
       },
       request.trace,
     );
+    await confirmGrant(request, { userId: record.userId, clientId: record.clientId, grantId, familyId: record.familyId });
+    return response;
   },
 };

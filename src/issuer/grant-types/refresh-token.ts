@@ -7,6 +7,7 @@ import { hasScopes } from '../../token/scope.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
+import { confirmGrant, grantIdOf } from './grant-check.js';
 import type { GrantType } from './grant-type.js';
 import { invalidCredential, refuseLeakedCredential } from './single-use.js';
 
@@ -61,7 +62,8 @@ export const refreshToken: GrantType = {
       });
     }
     const audience = narrowAudience(allowed.audience, requestedResources, client.application, registry);
-    return issueTokens(
+    const grantId = await grantIdOf(context, record);
+    const response = await issueTokens(
       context,
       {
         kind: 'user',
@@ -75,9 +77,13 @@ export const refreshToken: GrantType = {
         bindRefreshToken: record.jkt !== undefined,
         audience: audience.token,
         grantAudience: audience.grant,
+        grantId,
       },
       request.trace,
     );
+    // The user's grant bounds the refresh: disconnected, the application gets nothing more (./grant-check.ts).
+    await confirmGrant(request, { userId: record.userId, clientId: record.clientId, grantId, familyId: record.familyId });
+    return response;
   },
 };
 

@@ -1,0 +1,46 @@
+import type { TokengateContext } from '../../context.js';
+import { TokengateError } from '../../errors.js';
+import type { GrantTypeRequest } from './grant-type.js';
+
+/**
+ * The user's grant to the application (remembered consent, src/store/grants.ts) bounds what its
+ * codes and refresh tokens may still issue: once the user disconnects the application (or the
+ * operator revokes the grant), none of them issues anything again.
+ *
+ * The check comes after the tokens are saved, as one command that also marks the grant used.
+ * Ending a grant deletes it first and revokes the tokens of the user at the application second
+ * (src/store/deletions.ts), so an issuance racing it either saved its tokens before the grant
+ * went (the revocation then takes them) or finds it gone here and revokes them itself: none
+ * outlives the disconnection. A grant ended and approved again has a new id, so a code or a
+ * refresh token of the old one is refused too.
+ */
+
+interface GrantBound {
+  clientId: string;
+  userId: string;
+  scopes: string[];
+  audience?: string[] | undefined;
+  /** Absent on codes and refresh tokens from before grants were kept. */
+  grantId?: string | undefined;
+}
+
+/**
+ * The id of the grant a code or refresh token was issued under. One from before grants were
+ * kept carries none: the user consented to what it carries, so that becomes their grant.
+ */
+export async function grantIdOf(context: TokengateContext, record: GrantBound): Promise<string> {
+  if (record.grantId !== undefined) return record.grantId;
+  const grant = await context.store.grants.approve(record.userId, record.clientId, { scopes: record.scopes, resources: record.audience ?? [] }, Date.now());
+  return grant.id;
+}
+
+/** After the tokens of `familyId` are saved: the grant still stands (and is marked used), or they are revoked and the request refused. */
+export async function confirmGrant(request: GrantTypeRequest, bound: { userId: string; clientId: string; grantId: string; familyId: string }): Promise<void> {
+  const { store } = request.context;
+  if (await store.grants.touch(bound.userId, bound.clientId, bound.grantId, Date.now())) return;
+  const revoked = await store.tokens.revokeFamily(bound.familyId);
+  request.log.info({ clientId: bound.clientId, familyId: bound.familyId, revoked }, 'the grant the tokens were issued under has ended: revoked');
+  throw new TokengateError('INVALID_GRANT', {
+    description: 'The user disconnected this application, or its access was revoked: the user must authorize it again.',
+  });
+}
