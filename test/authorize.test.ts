@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { deleteApplicationAndTokens } from '../src/store/deletions.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
@@ -44,6 +44,12 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await issuer?.close();
+});
+
+// Each test meets the consent page as a first request would: an approval of an earlier test
+// is remembered (test/consent-remembered.test.ts is about that).
+beforeEach(async () => {
+  await issuer.store.grants.deleteUser('user-ann');
 });
 
 /** Each test signs in from its own client address, so the login throttle of one never touches another. */
@@ -197,7 +203,7 @@ describe('once the redirect_uri is trusted, errors go back to the application', 
   });
 
   it('ignores unknown parameters, even repeated ones', async () => {
-    const response = await browser().get(authorizePath(request({ prompt: ['login', 'none'], nonce: 'n' })));
+    const response = await browser().get(authorizePath(request({ x_vendor_extension: ['a', 'b'], ui_locales: 'en' })));
     expect(response.status).toBe(200);
     expect(response.text).toContain('Sign in');
   });

@@ -15,7 +15,7 @@ import type { FindClient } from '../clients.js';
  * to an unchecked redirect_uri would make this an open redirector.
  */
 
-const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'dpop_jkt'] as const;
+const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'dpop_jkt', 'prompt'] as const;
 type ParameterName = (typeof PARAMETERS)[number];
 
 /**
@@ -72,6 +72,7 @@ export const PARAMETER_LIMITS: Readonly<Record<ParameterName | 'resource', numbe
   code_challenge: 256,
   code_challenge_method: 256,
   dpop_jkt: 256,
+  prompt: 256,
   resource: 512,
 };
 /** `resource` may repeat (RFC 8707), up to this many times. */

@@ -4,6 +4,7 @@ import type { TokengateContext } from '../../context.js';
 import { sessionCookie, type SessionCookie } from '../../http/session-cookie.js';
 import type { SessionRecord } from '../../store/store.js';
 import { tokenDigest } from '../../token/token-value.js';
+import { announceLogout } from '../logout.js';
 import type { AuthorizationParameters } from './request.js';
 
 /**
@@ -31,6 +32,8 @@ export interface AuthorizeSessionData extends SessionRecord {
   /** Synchronizer token every form of this session carries. */
   csrfToken: string;
   pending: PendingAuthorization[];
+  /** A message for the next account page (what the last form there did), shown once. */
+  notice?: string;
 }
 
 export interface Session {
@@ -96,9 +99,16 @@ export class Sessions {
     if (remaining > 0) await this.context.store.sessions.save(session.key, session.data, remaining);
   }
 
+  /**
+   * Ends a signed-in session: the one way a session ends (sign-out, "Use another account", a new
+   * sign-in replacing it, an OpenID Connect logout). The record goes from the store, so no
+   * sidecar knows the cookie any more, the browser is told to drop the cookie, and the
+   * applications that asked to hear of it are told (../logout.ts).
+   */
   async end(reply: FastifyReply, session: Session): Promise<void> {
     await this.context.store.sessions.delete(session.key);
     reply.clearCookie(this.cookie.name, { path: this.cookie.path, secure: this.cookie.secure, httpOnly: true, sameSite: 'lax' });
+    announceLogout(this.context, { kind: 'session-ended', userId: session.data.userId, sessionKey: session.key });
   }
 
   /** Remembers an authorization request the user is about to answer; returns it with its id. */

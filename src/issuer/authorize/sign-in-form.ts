@@ -10,15 +10,21 @@ import type { AuthorizationParameters } from './request.js';
  * token is an HMAC of the browser's session cookie value under the same key (a signed
  * double-submit cookie): a cross-site page can neither read that cookie nor compute the token.
  * The request's parameters are capped in size before they get here (./request.ts), and are
- * checked again in full when the form comes back.
+ * checked again in full when the form comes back. A sign-in form shown for the account page
+ * carries no request, only where it leads back to.
  */
 
 const SECRET_NAME = 'sign-in-form-key';
 const REQUEST_PURPOSE = 'tokengate sign-in request\n';
 const CSRF_PURPOSE = 'tokengate sign-in csrf\n';
 
-interface SealedRequest {
-  parameters: AuthorizationParameters;
+/** Where a signed-in user goes next: back to an authorization request, or to the account page. */
+export type SignInTarget = { authorization: AuthorizationParameters } | { account: true };
+
+/** The sealed form: an authorization request as `parameters` (the form's first shape), or `account`. */
+interface SealedTarget {
+  parameters?: AuthorizationParameters;
+  account?: true;
   /** Unix milliseconds after which the form is refused. */
   expiresAt: number;
 }
@@ -32,23 +38,26 @@ export class SignInForms {
     private readonly lifetimeMs: number,
   ) {}
 
-  /** The request as the form's hidden field: `payload.mac`, both base64url. */
-  async seal(parameters: AuthorizationParameters, now = Date.now()): Promise<string> {
-    const sealed: SealedRequest = { parameters, expiresAt: now + this.lifetimeMs };
+  /** The target as the form's hidden field: `payload.mac`, both base64url. */
+  async seal(target: SignInTarget, now = Date.now()): Promise<string> {
+    const expiresAt = now + this.lifetimeMs;
+    const sealed: SealedTarget = 'authorization' in target ? { parameters: target.authorization, expiresAt } : { account: true, expiresAt };
     const payload = Buffer.from(JSON.stringify(sealed)).toString('base64url');
     return `${payload}.${await this.mac(REQUEST_PURPOSE, payload)}`;
   }
 
-  /** The parameters of a request this deployment sealed and that has not expired; null otherwise. */
-  async open(value: string | undefined, now = Date.now()): Promise<AuthorizationParameters | null> {
+  /** The target this deployment sealed, when it has not expired; null otherwise. */
+  async open(value: string | undefined, now = Date.now()): Promise<SignInTarget | null> {
     if (value === undefined) return null;
     const dot = value.indexOf('.');
     if (dot === -1) return null;
     const payload = value.slice(0, dot);
     if (!sameDigest(value.slice(dot + 1), await this.mac(REQUEST_PURPOSE, payload))) return null;
     // Only a payload this deployment wrote gets here.
-    const sealed = JSON.parse(Buffer.from(payload, 'base64url').toString()) as SealedRequest;
-    return sealed.expiresAt > now ? sealed.parameters : null;
+    const sealed = JSON.parse(Buffer.from(payload, 'base64url').toString()) as SealedTarget;
+    if (sealed.expiresAt <= now) return null;
+    if (sealed.account === true) return { account: true };
+    return sealed.parameters === undefined ? null : { authorization: sealed.parameters };
   }
 
   /** The CSRF token of a sign-in form shown to the browser holding `cookieValue`. */

@@ -62,6 +62,7 @@ input:focus-visible{outline-offset:0}
 .scopes{margin:0;padding:0;list-style:none}
 .scopes li{position:relative;padding:10px 0 10px 28px;border-top:1px solid var(--line)}
 .scopes li:last-child{border-bottom:1px solid var(--line)}
+.granted li::before{border-color:var(--muted)}
 .scopes li::before{content:"";position:absolute;left:4px;top:17px;width:10px;height:6px;border-left:2px solid var(--accent);border-bottom:2px solid var(--accent);transform:rotate(-45deg)}
 .note,.muted{color:var(--muted);font-size:.92rem}
 .note{margin:16px 0 0}
@@ -69,6 +70,17 @@ input:focus-visible{outline-offset:0}
 .error-icon{width:44px;height:44px;border-radius:50%;display:flex;align-items:center;justify-content:center;background:var(--danger-bg);color:var(--danger);font-weight:700;font-size:1.3rem;margin-bottom:16px}
 code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
 .foot{margin-top:20px;text-align:center;color:var(--muted);font-size:.85rem}
+.notice{margin:16px 0 0;padding:12px 14px;border-radius:8px;border:1px solid var(--line);background:var(--chip);font-weight:520}
+.connections{margin:8px 0 0;padding:0;list-style:none}
+.connection{padding:20px 0;border-top:1px solid var(--line)}
+.connection h2{margin:0}
+.connection .muted{margin:2px 0 10px;overflow-wrap:anywhere}
+.can{margin:0 0 4px}
+.dates{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;margin:12px 0;font-size:.95rem}
+.dates dt{color:var(--muted)}
+.dates dd{margin:0}
+a.button{text-decoration:none}
+.visually-hidden{position:absolute;width:1px;height:1px;margin:-1px;padding:0;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap;border:0}
 @media (max-width:480px){body{padding:24px 12px}.card{padding:24px}}
 `;
 const STYLESHEET_HASH = `'sha256-${createHash('sha256').update(STYLESHEET).digest('base64')}'`;
@@ -136,7 +148,8 @@ export type LoginProblem = { kind: 'credentials' } | { kind: 'fields'; email?: s
 
 export const INCORRECT_CREDENTIALS = 'The e-mail or password is incorrect.';
 
-export function loginPage(input: { applicationName: string; form: FormState; email?: string; problem?: LoginProblem }): Page {
+/** `applicationName` null: the sign-in of the account page, which no application asked for. */
+export function loginPage(input: { applicationName: string | null; form: FormState; email?: string; problem?: LoginProblem }): Page {
   const { problem } = input;
   const credentials = problem?.kind === 'credentials';
   const fieldProblem = (field: 'email' | 'password') => (problem?.kind === 'fields' ? problem[field] : undefined);
@@ -155,7 +168,7 @@ ${error !== undefined ? html`<p class="field-error" id="${name}-error">${error}<
     status: 200,
     title: 'Sign in',
     body: html`<h1 id="title">Sign in</h1>
-<p class="lead">to continue to <strong>${input.applicationName}</strong></p>
+<p class="lead">${input.applicationName === null ? 'to see the applications connected to your account' : html`to continue to <strong>${input.applicationName}</strong>`}</p>
 <form method="post" action="/oauth/authorize/login">
 ${formState(input.form)}
 ${credentials ? html`<p class="alert" id="login-error" role="alert">${INCORRECT_CREDENTIALS}</p>` : ''}
@@ -174,39 +187,85 @@ export interface DocumentClient {
   clientName: string | null;
 }
 
+/** The user's earlier approval of the application, on a consent page shown again. */
+export interface EarlierApproval {
+  /** When the user last approved something for it. */
+  approvedAt: number;
+  /** What it may already do, in words (listed when the request asks for more). */
+  scopes: string[];
+  /**
+   * Why the page is shown again: `more`, the request asks for more than was approved (the page
+   * lists only what is new); `asked`, the application asked for the page (`prompt=consent`);
+   * `every-time`, its identity cannot be assured, so it is never let through silently.
+   */
+  why: 'more' | 'asked' | 'every-time';
+}
+
 export function consentPage(input: {
   applicationName: string;
   /** Set for a client a metadata document describes: its page says where its description came from. */
   documentClient?: DocumentClient;
   serviceName: string;
   email: string | null;
+  /** In words: everything the request asks for, or, when `earlier.why` is `more`, what is new. */
   scopes: string[];
-  /** The resources the application asked for by name (RFC 8707), which the approval is limited to; none shown when it named none. */
+  /** The resources to name (RFC 8707): those the application asked for by name, or the new ones; none shown when empty. */
   resources: string[];
   redirectUri: string;
   form: FormState;
+  earlier?: EarlierApproval;
 }): Page {
   const name = input.applicationName;
   const initial = Array.from(name.trim())[0]?.toUpperCase() ?? '?';
   const target = new URL(input.redirectUri);
+  const more = input.earlier?.why === 'more';
   return {
     status: 200,
     title: `Authorize ${name}`,
     formTargets: [formTargetOf(input.redirectUri)],
     body: html`<div class="app-badge" aria-hidden="true">${initial}</div>
-<h1 id="title"><strong>${name}</strong> wants to access your ${input.serviceName} account</h1>
+<h1 id="title"><strong>${name}</strong> wants ${more ? 'more access to' : 'to access'} your ${input.serviceName} account</h1>
 <div class="account"><span>Signed in as <strong>${input.email ?? 'you'}</strong></span>
 <form method="post" action="/oauth/authorize/switch-account">${formState(input.form)}<button class="link" type="submit">Use another account</button></form></div>
-${input.documentClient === undefined ? '' : documentClientNote(input.documentClient)}<h2>This will allow ${name} to:</h2>
+${input.documentClient === undefined ? '' : documentClientNote(input.documentClient)}${
+      input.scopes.length === 0
+        ? ''
+        : html`<h2>${more ? html`New: this will also allow ${name} to:` : html`This will allow ${name} to:`}</h2>
 <ul class="scopes">
 ${input.scopes.map((scope) => html`<li>${scope}</li>\n`)}</ul>
-${input.resources.length === 0 ? '' : html`<p class="note">Only at ${input.resources.map((resource, index) => html`${index === 0 ? '' : ', '}<strong>${resourceLabel(resource)}</strong>`)}.</p>\n`}<p class="note">After you choose, you will be sent back to <strong>${target.host || target.protocol}</strong>. Approve only if you trust ${name}.</p>
+`
+    }${input.resources.length === 0 ? '' : html`<p class="note">${more ? 'New: also at ' : 'Only at '}${input.resources.map((resource, index) => html`${index === 0 ? '' : ', '}<strong>${resourceLabel(resource)}</strong>`)}.</p>\n`}${input.earlier === undefined ? '' : earlierApprovalNote(name, input.earlier)}<p class="note">After you choose, you will be sent back to <strong>${target.host || target.protocol}</strong>. Approve only if you trust ${name}.</p>
 <form method="post" action="/oauth/authorize/decision" class="actions">
 ${formState(input.form)}
 <button class="button secondary" type="submit" name="decision" value="deny">Deny</button>
 <button class="button primary" type="submit" name="decision" value="approve">Approve</button>
 </form>`,
   };
+}
+
+/** What the user approved before, and why they are asked again. */
+function earlierApprovalNote(name: string, earlier: EarlierApproval): SafeHtml {
+  const when = html`<time datetime="${new Date(earlier.approvedAt).toISOString()}">${formatDate(earlier.approvedAt)}</time>`;
+  if (earlier.why === 'more') {
+    return html`<h2>${name} can already:</h2>
+<ul class="scopes granted">
+${earlier.scopes.map((scope) => html`<li>${scope}</li>\n`)}</ul>
+<p class="note">You allowed that on ${when}.</p>
+`;
+  }
+  const reason =
+    earlier.why === 'asked'
+      ? html`${name} asked to have you confirm it.`
+      : html`You are asked each time: ${name} runs in a browser or on a device, where this service cannot tell it apart from another application posing as it.`;
+  return html`<p class="note">You allowed ${name} this on ${when}. ${reason}</p>
+`;
+}
+
+const DATE = new Intl.DateTimeFormat('en-GB', { day: 'numeric', month: 'long', year: 'numeric', timeZone: 'UTC' });
+
+/** A day as a person reads it ("3 December 2026"), in UTC: the pages know nothing of the reader's time zone. */
+export function formatDate(epochMs: number): string {
+  return DATE.format(epochMs);
 }
 
 /**
