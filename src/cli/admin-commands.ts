@@ -1,6 +1,6 @@
 import type { ApplicationView } from '../admin/applications.js';
 import type { SigningKeyView } from '../admin/keys.js';
-import type { UserView } from '../admin/users.js';
+import type { GrantView, UserView } from '../admin/users.js';
 import { adminClientFor } from './admin-client.js';
 import { configOption, UsageError, type Command, type OptionValues } from './command.js';
 
@@ -71,6 +71,7 @@ const APPS_CREATE_USAGE =
 const APPS_UPDATE_USAGE =
   'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
+const USERS_REVOKE_GRANT_USAGE = 'tokengate users revoke-grant USER_ID CLIENT_ID';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
 
 /** `--scopes "a b"` or `--scopes a,b`. */
@@ -244,6 +245,46 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       const id = onePositional(positionals, 'ID', 'tokengate users delete ID');
       await client(values).request('DELETE', `/users/${encodeURIComponent(id)}`);
       print(`Deleted user ${id} and revoked their tokens.`);
+      return 0;
+    },
+  },
+  'users grants': {
+    summary: 'List the applications a user connected (their grants: scopes, resources, when approved and last used).',
+    usage: 'tokengate users grants USER_ID [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values, positionals) {
+      const id = onePositional(positionals, 'USER_ID', 'tokengate users grants USER_ID [--json]');
+      const answer = await client(values).request<{ user_id: string; grants: GrantView[] }>('GET', `/users/${encodeURIComponent(id)}/grants`);
+      if (values.json === true) printJson(answer);
+      else if (answer.grants.length === 0) print(`User ${id} has connected no application.`);
+      else
+        print(
+          table(
+            ['CLIENT_ID', 'SCOPES', 'RESOURCES', 'APPROVED', 'LAST_USED'],
+            answer.grants.map((grant) => [
+              grant.client_id,
+              grant.scopes.join(' '),
+              grant.resources.length === 0 ? '-' : grant.resources.join(' '),
+              grant.approved_at,
+              grant.last_used_at,
+            ]),
+          ),
+        );
+      return 0;
+    },
+  },
+  'users revoke-grant': {
+    summary: "End a user's grant to an application and revoke every token of that user at it (what the user's Disconnect does).",
+    usage: USERS_REVOKE_GRANT_USAGE,
+    options: configOption,
+    async run(values, positionals) {
+      if (positionals.length !== 2) throw new UsageError(`expected USER_ID and CLIENT_ID\nusage: ${USERS_REVOKE_GRANT_USAGE}`);
+      const [id, clientId] = positionals as [string, string];
+      const { revoked } = await client(values).request<{ revoked: number }>(
+        'DELETE',
+        `/users/${encodeURIComponent(id)}/grants/${encodeURIComponent(clientId)}`,
+      );
+      print(`Revoked the grant of user ${id} to ${clientId} and ${revoked} token${revoked === 1 ? '' : 's'}.`);
       return 0;
     },
   },
