@@ -27,6 +27,7 @@ export const UNIT = [
 
 /** Set-ups of their own: Redis Clusters and Sentinels, nginx and Caddy, a browser, Prometheus, a fresh copy of the repository. */
 export const SYSTEM = [
+  'test/account-browser.test.ts',
   'test/alert-rules.test.ts',
   'test/chaos-soak.test.ts',
   'test/deployment-examples.test.ts',
