@@ -194,7 +194,7 @@ describe('the grant bounds the token endpoint', () => {
   it('refuses a code issued under a grant that ended before it was exchanged, and revokes what it had saved', async () => {
     const { code } = codeFrom(await authorize(request('box-office', WEB)), WEB);
     // The grant goes, its tokens untouched: only the grant's own check stands between the code and tokens.
-    expect(await issuer.store.grants.delete(USER_ID, 'box-office')).toBe(true);
+    expect(await issuer.store.grants.delete(USER_ID, 'box-office', Date.now())).toBe(true);
     expect(await refused(await exchange(code, 'box-office', WEB))).toContain('disconnected');
     // The tokens it saved before it found the grant gone were revoked: nothing of the user is left at the application.
     await endGrant(issuer.store, USER_ID, 'box-office');
@@ -226,6 +226,9 @@ describe('the grant bounds the token endpoint', () => {
 
   it('turns a code from before grants were kept into the grant the user consented to', async () => {
     await endGrant(issuer.store, USER_ID, 'box-office');
+    // Issued after that disconnection (it made no grant of it).
+    const ended = (await issuer.store.grants.endedAt(USER_ID, 'box-office'))!;
+    await eventually(() => Date.now() > ended);
     const code = issuer.tokengate.context.minter.mint();
     const now = Date.now();
     await issuer.store.codes.save(tokenDigest(code), {
@@ -242,5 +245,25 @@ describe('the grant bounds the token endpoint', () => {
     await tokensOf(await exchange(code, 'box-office', WEB));
     expect(await issuer.store.grants.get(USER_ID, 'box-office')).toMatchObject({ scopes: ['public', 'organizer'] });
     codeFrom(await authorize(request('box-office', WEB, { scope: 'organizer' })), WEB);
+  });
+
+  it('refuses a refresh token from before grants were kept once the user disconnected the application after it was issued', async () => {
+    const refreshToken = issuer.tokengate.context.minter.mint();
+    const now = Date.now();
+    const familyId = `legacy-refresh-${now}`;
+    const legacy = { clientId: 'box-office', userId: USER_ID, scopes: ['public'], familyId, issuedAt: now - 60_000, expiresAt: now + 60_000 };
+    await issuer.store.tokens.saveRefreshToken(tokenDigest(refreshToken), legacy);
+    const accessToken = await issuer.issue({ userId: USER_ID, clientId: 'box-office', familyId });
+    // The grant ends, as on a version whose disconnection did not reach tokens saved before it kept grants.
+    await issuer.store.grants.delete(USER_ID, 'box-office', Date.now());
+    const refresh = await postForm(`${issuer.baseUrl}/oauth/token`, {
+      grant_type: 'refresh_token',
+      refresh_token: refreshToken,
+      client_id: 'box-office',
+      client_secret: SECRET,
+    });
+    expect(await refused(refresh)).toContain('disconnected');
+    expect(await issuer.store.grants.get(USER_ID, 'box-office')).toBeNull();
+    expect(await issuer.store.tokens.getAccessToken(tokenDigest(accessToken))).toBeNull();
   });
 });

@@ -275,9 +275,13 @@ describe.each(stores)('grants port contract: %s', (_name, _driver, open) => {
     expect(await subject.store.grants.touch('user-t', 'client-b', grant.id, 8_000)).toBe(false);
     expect((await subject.store.grants.get('user-t', 'client-a'))!.lastUsedAt).toBe(7_000);
 
-    expect(await subject.peer.grants.delete('user-t', 'client-a')).toBe(true);
-    expect(await subject.peer.grants.delete('user-t', 'client-a')).toBe(false);
+    expect(await subject.store.grants.endedAt('user-t', 'client-a')).toBeNull();
+    expect(await subject.peer.grants.delete('user-t', 'client-a', 8_500)).toBe(true);
+    expect(await subject.peer.grants.delete('user-t', 'client-a', 8_600)).toBe(false);
     expect(await subject.store.grants.get('user-t', 'client-a')).toBeNull();
+    // When it ended is kept (the last time), beside no grant: a token of before grants issued earlier makes none.
+    expect(await subject.store.grants.endedAt('user-t', 'client-a')).toBe(8_600);
+    expect(await subject.store.grants.list('user-t')).toEqual([]);
     expect(await subject.store.grants.touch('user-t', 'client-a', grant.id, 9_000)).toBe(false);
     // Approved again after it ended: another grant, which the old id does not name.
     const again = await subject.store.grants.approve('user-t', 'client-a', { scopes: ['public'], resources: [] }, 10_000);

@@ -30,7 +30,7 @@ export async function deleteUserAndTokens(store: Store, id: string): Promise<boo
  * `existed`: there was a grant; the tokens are revoked either way.
  */
 export async function endGrant(store: Store, userId: string, clientId: string): Promise<{ existed: boolean; revoked: number }> {
-  const existed = await store.grants.delete(userId, clientId);
+  const existed = await store.grants.delete(userId, clientId, Date.now());
   const revoked = await store.tokens.revokeUserClientTokens(userId, clientId);
   return { existed, revoked };
 }

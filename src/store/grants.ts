@@ -45,8 +45,16 @@ export interface Grants {
    * exchange and refresh.
    */
   touch(userId: string, clientId: string, id: string, now: number): Promise<boolean>;
-  /** Ends one grant; false when there was none. The tokens issued under it are the caller's to revoke (./deletions.ts). */
-  delete(userId: string, clientId: string): Promise<boolean>;
+  /**
+   * Ends one grant at `now`, remembering when; false when there was none. The tokens issued
+   * under it are the caller's to revoke (./deletions.ts).
+   */
+  delete(userId: string, clientId: string, now: number): Promise<boolean>;
+  /**
+   * When the user last ended a grant to the application (epoch ms), or null: a code or refresh
+   * token from before grants were kept, issued before that, must not make a grant again.
+   */
+  endedAt(userId: string, clientId: string): Promise<number | null>;
   /** Ends every grant of a user (the user is deleted). */
   deleteUser(userId: string): Promise<void>;
   /** Ends every grant to an application (it is deleted). */
@@ -77,6 +85,8 @@ export class MemoryGrants implements Grants {
   private readonly byUser = new Map<string, Map<string, GrantRecord>>();
   /** client id -> the users with a grant to it. */
   private readonly usersOf = new Map<string, Set<string>>();
+  /** user id -> client id -> when the user last ended a grant to it. */
+  private readonly ended = new Map<string, Map<string, number>>();
 
   async get(userId: string, clientId: string): Promise<GrantRecord | null> {
     const grant = this.byUser.get(userId)?.get(clientId);
@@ -105,15 +115,23 @@ export class MemoryGrants implements Grants {
     return true;
   }
 
-  async delete(userId: string, clientId: string): Promise<boolean> {
+  async delete(userId: string, clientId: string, now: number): Promise<boolean> {
     const deleted = this.byUser.get(userId)?.delete(clientId) ?? false;
     this.usersOf.get(clientId)?.delete(userId);
+    let ended = this.ended.get(userId);
+    if (ended === undefined) this.ended.set(userId, (ended = new Map()));
+    ended.set(clientId, now);
     return deleted;
+  }
+
+  async endedAt(userId: string, clientId: string): Promise<number | null> {
+    return this.ended.get(userId)?.get(clientId) ?? null;
   }
 
   async deleteUser(userId: string): Promise<void> {
     for (const clientId of this.byUser.get(userId)?.keys() ?? []) this.usersOf.get(clientId)?.delete(userId);
     this.byUser.delete(userId);
+    this.ended.delete(userId);
   }
 
   async deleteClient(clientId: string): Promise<void> {
@@ -146,6 +164,17 @@ return 1
 `,
 } as const;
 
+const END_GRANT = {
+  numberOfKeys: 1,
+  lua: `
+-- KEYS[1] grants:<user>; ARGV: grant field, used field, ended field, ended at. Returns 1 when there was a grant.
+local removed = redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+if removed > 0 then return 1 end
+return 0
+`,
+} as const;
+
 /** How many times an approval is tried again when another changed the grant between its read and its write. */
 const APPROVAL_ATTEMPTS = 20;
 
@@ -153,8 +182,9 @@ const APPROVAL_ATTEMPTS = 20;
 type StoredGrant = Omit<GrantRecord, 'userId' | 'clientId' | 'lastUsedAt'>;
 
 /**
- * Keys: `grants:<user_id>` HASH, per application `g:<client_id>` -> JSON grant and
- * `u:<client_id>` -> last use (epoch ms); `grant-users:<client_id>` SET of the users with a grant
+ * Keys: `grants:<user_id>` HASH, per application `g:<client_id>` -> JSON grant,
+ * `u:<client_id>` -> last use and `e:<client_id>` -> when a grant to it last ended (epoch ms
+ * each); `grant-users:<client_id>` SET of the users with a grant
  * to it. A user's grants share one key, so reading, touching and growing one is one command on
  * one slot; the set of an application's users is only read when it is deleted.
  */
@@ -162,6 +192,7 @@ export class RedisGrants implements Grants {
   constructor(private readonly door: RedisDoor) {
     door.defineScript('setGrantIfEqual', SET_GRANT_IF_EQUAL);
     door.defineScript('touchGrant', TOUCH_GRANT);
+    door.defineScript('endGrant', END_GRANT);
   }
 
   async get(userId: string, clientId: string): Promise<GrantRecord | null> {
@@ -200,10 +231,15 @@ export class RedisGrants implements Grants {
     return (await this.door.write<number>('touchGrant', this.userKey(userId), grantField(clientId), usedField(clientId), id, now)) === 1;
   }
 
-  async delete(userId: string, clientId: string): Promise<boolean> {
-    const removed = await this.door.write<number>('hdel', this.userKey(userId), grantField(clientId), usedField(clientId));
+  async delete(userId: string, clientId: string, now: number): Promise<boolean> {
+    const removed = await this.door.write<number>('endGrant', this.userKey(userId), grantField(clientId), usedField(clientId), endedField(clientId), now);
     await this.door.write('srem', this.clientKey(clientId), userId);
-    return removed > 0;
+    return removed === 1;
+  }
+
+  async endedAt(userId: string, clientId: string): Promise<number | null> {
+    const ended = await this.door.read<string | null>('hget', this.userKey(userId), endedField(clientId));
+    return ended === null ? null : Number(ended);
   }
 
   async deleteUser(userId: string): Promise<void> {
@@ -231,6 +267,7 @@ export class RedisGrants implements Grants {
 
 const grantField = (clientId: string) => `g:${clientId}`;
 const usedField = (clientId: string) => `u:${clientId}`;
+const endedField = (clientId: string) => `e:${clientId}`;
 
 function fromStored(stored: StoredGrant | null, userId: string, clientId: string, used: string | null): GrantRecord | null {
   if (stored === null || typeof stored.id !== 'string' || !Array.isArray(stored.scopes) || !Array.isArray(stored.resources)) return null;

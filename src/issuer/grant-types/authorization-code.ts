@@ -48,7 +48,7 @@ export const authorizationCode: GrantType = {
     if (context.config.issuer.users.source === 'store' && (await context.store.users.get(record.userId)) === null) {
       throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
     }
-    const grantId = await grantIdOf(context, record);
+    const grantId = await grantIdOf(request, record);
     const response = await issueTokens(
       context,
       {

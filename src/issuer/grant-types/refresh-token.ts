@@ -62,7 +62,7 @@ export const refreshToken: GrantType = {
       });
     }
     const audience = narrowAudience(allowed.audience, requestedResources, client.application, registry);
-    const grantId = await grantIdOf(context, record);
+    const grantId = await grantIdOf(request, record);
     const response = await issueTokens(
       context,
       {
