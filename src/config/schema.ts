@@ -181,7 +181,7 @@ export const IssuerSchema = closed({
   }),
   scopeDescriptions: Type.Record(Type.String(), Type.String({ minLength: 1 }), {
     default: { public: 'See your profile and manage your tickets' },
-    description: 'What each scope lets an application do, in words, listed on the consent page. A scope without an entry is shown by its name.',
+    description: 'What each scope lets an application do, in words, listed on the consent and account pages. A scope without an entry is shown by its name.',
   }),
   users: UserSourceSchema,
   loginThrottle: closed({
