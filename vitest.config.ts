@@ -80,6 +80,11 @@ export default defineConfig({
     // A bound for a test that hangs, not a schedule: a test waits for the event it needs, and
     // on a loaded machine the work before it (a sign-in's scrypt, spawning the CLI) takes longer.
     testTimeout: 60_000,
+    // The test mode's cheaper password hash (scrypt N=2^10 instead of 2^17: a sign-in costs about
+    // 8 ms of CPU instead of 1 s), inherited by every tokengate a test spawns. The product refuses
+    // the setting outside the test mode; test/passwords.test.ts leaves the mode to prove the
+    // production cost and the refusal.
+    env: { TOKENGATE_TEST_MODE: '1', TOKENGATE_TEST_SCRYPT_N: '1024' },
     hookTimeout: 60_000,
     pool: 'forks',
     sequence: { sequencer: WaitingFirst },
