@@ -50,7 +50,7 @@ describe('password hashes', () => {
   it('refuses to start with the test setting outside the test mode, naming the variable', async () => {
     const file = resolve(ROOT, 'config/tokengate.yaml');
     const refused = await runCli(['check', '--config', file], { env: { [TEST_SCRYPT_N_VARIABLE]: '1024' } });
-      expect(refused.code).not.toBe(0);
+    expect(refused.code).not.toBe(0);
     expect(refused.stdout + refused.stderr).toContain(`${TEST_SCRYPT_N_VARIABLE} lowers the password hash's cost and is honoured only in the test mode`);
     const accepted = await runCli(['check', '--config', file], { env: { [TEST_MODE_VARIABLE]: '1', [TEST_SCRYPT_N_VARIABLE]: '1024' } });
     expect(accepted.code, accepted.stderr).toBe(0);
