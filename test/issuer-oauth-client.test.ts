@@ -1,7 +1,7 @@
 import * as oauth from 'oauth4webapi';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tokenDigest } from '../src/token/token-value.js';
-import { createUser, FormClient, signInAndApprove } from './support/issuer.js';
+import { createUser, FormClient, signInAndAuthorize } from './support/issuer.js';
 import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { freePort } from './support/ports.js';
 
@@ -46,13 +46,14 @@ async function authorizationUrl(application: TestApplication, codeVerifier: stri
 }
 
 /**
- * The authorization step through the real pages (sign in, approve), and the callback checked by
+ * The authorization step through the real pages (sign in, approve the first time: the user's
+ * grant is remembered after), and the callback checked by
  * the library, which holds tokengate to its metadata: with `authorization_response_iss_parameter_supported`
  * it refuses a response without `iss`, or with another issuer's (RFC 9207).
  */
 async function authorize(application: TestApplication, codeVerifier: string): Promise<URLSearchParams> {
   const url = await authorizationUrl(application, codeVerifier);
-  const { location } = await signInAndApprove(new FormClient(running.baseUrl), url.pathname + url.search, EMAIL, PASSWORD);
+  const { location } = await signInAndAuthorize(new FormClient(running.baseUrl), url.pathname + url.search, EMAIL, PASSWORD);
   const client: oauth.Client = { client_id: application.clientId };
   return oauth.validateAuthResponse(as, client, location, oauth.expectNoState);
 }

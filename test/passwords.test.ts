@@ -21,7 +21,7 @@ import {
 import { MemoryStore } from '../src/store/memory.js';
 import { IMAGE_NODE_OPTIONS, runCli } from './support/cli.js';
 import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
-import { authorizePath, FormClient, formFields, signInAndApprove } from './support/issuer.js';
+import { authorizePath, FormClient, formFields, signInAndApprove, signInAndAuthorize } from './support/issuer.js';
 
 /**
  * Password hashes: scrypt at N=2^17, r=8, p=1 for new ones, each stored hash checked with its own
@@ -133,8 +133,8 @@ describe('a hash below the current cost', () => {
     const rehashed = (await store.users.get('user-legacy'))!.passwordHash;
     expect(rehashed).toMatch(CURRENT);
     expect(await verifyPassword(PASSWORD, rehashed)).toBe(true);
-    // Signing in again finds it current: nothing more to replace.
-    await signInAndApprove(new FormClient(running.baseUrl), path(), 'legacy@example.com', PASSWORD);
+    // Signing in again finds it current: nothing more to replace (the approval is remembered by now).
+    await signInAndAuthorize(new FormClient(running.baseUrl), path(), 'legacy@example.com', PASSWORD);
     expect((await store.users.get('user-legacy'))!.passwordHash).toBe(rehashed);
   }, 120_000);
 });

@@ -91,6 +91,26 @@ export async function signInAndApprove(browser: FormClient, path: string, email:
   return { consent, location: new URL(approved.location!) };
 }
 
+/**
+ * The same, when the user may have approved the application before: after sign-in a remembered
+ * grant may send the code back at once, without the consent page (consent null then).
+ */
+export async function signInAndAuthorize(
+  browser: FormClient,
+  path: string,
+  email: string,
+  password: string,
+): Promise<{ consent: PageResponse | null; location: URL }> {
+  const login = await browser.get(path);
+  if (login.status !== 200) throw new Error(`the authorization page answered ${login.status}: ${login.text.slice(0, 500)}`);
+  const signedIn = await browser.post('/oauth/authorize/login', { ...formFields(login.text), email, password });
+  const next = await browser.follow(signedIn);
+  if (next.status === 302) return { consent: null, location: new URL(next.location!) };
+  if (next.status !== 200) throw new Error(`the consent page answered ${next.status}`);
+  const approved = await browser.post('/oauth/authorize/decision', { ...formFields(next.text), decision: 'approve' });
+  return { consent: next, location: new URL(approved.location!) };
+}
+
 /** The value of a hidden input in a page. */
 export function hiddenField(html: string, name: string): string {
   const match = new RegExp(`<input type="hidden" name="${name}" value="([^"]*)">`).exec(html);
