@@ -33,13 +33,13 @@ ${
   input.connections.length === 0
     ? html`<p>No application is connected to your account.</p>`
     : html`<ul class="connections">
-${input.connections.map((connection) => connectionItem(connection, csrf))}</ul>`
+${input.connections.map((connection, index) => connectionItem(connection, `connection-${index + 1}`, csrf))}</ul>`
 }`,
   };
 }
 
-function connectionItem(connection: Connection, csrf: SafeHtml): SafeHtml {
-  const headingId = `app-${connection.clientId.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+/** `headingId`: by position, unique on the page whatever characters client ids hold. */
+function connectionItem(connection: Connection, headingId: string, csrf: SafeHtml): SafeHtml {
   const date = (epochMs: number) => html`<time datetime="${new Date(epochMs).toISOString()}">${formatDate(epochMs)}</time>`;
   return html`<li class="connection" aria-labelledby="${headingId}">
 <h2 id="${headingId}">${connection.name}</h2>
