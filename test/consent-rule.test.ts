@@ -56,6 +56,7 @@ describe('consentRequired', () => {
     expect(consentRequired(question({ grant: null }))).toEqual({
       required: true,
       reason: 'no_grant',
+      promptNone: 'CONSENT_REQUIRED',
       grant: null,
       newScopes: ['public'],
       newResources: ['https://api.example/'],
@@ -66,6 +67,7 @@ describe('consentRequired', () => {
     expect(consentRequired(question({ scopes: ['public', 'organizer'] }))).toMatchObject({
       required: true,
       reason: 'more_requested',
+      promptNone: 'CONSENT_REQUIRED',
       newScopes: ['organizer'],
       newResources: [],
     });
@@ -94,12 +96,20 @@ describe('consentRequired', () => {
     ['a confidential application sending the user to [::1]', { redirectUri: 'http://[::1]:8000/cb' }],
     ['a confidential application sending the user to a custom scheme', { redirectUri: 'com.example.tickets:/oauth/cb' }],
   ])('never lets %s through silently, even with a covering grant', (_case, overrides) => {
-    expect(consentRequired(question(overrides))).toMatchObject({ required: true, reason: 'client_not_assured', newScopes: [], newResources: [] });
+    // prompt=none: the approval is there, the person must still see the page (node-oidc-provider's answer for native clients).
+    expect(consentRequired(question(overrides))).toMatchObject({
+      required: true,
+      reason: 'client_not_assured',
+      promptNone: 'INTERACTION_REQUIRED',
+      newScopes: [],
+      newResources: [],
+    });
   });
 
   it('names the difference first when a client that is asked every time wants more', () => {
     expect(consentRequired(question({ application: application({ confidential: false }), scopes: ['public', 'organizer'] }))).toMatchObject({
       reason: 'more_requested',
+      promptNone: 'CONSENT_REQUIRED',
       newScopes: ['organizer'],
     });
   });

@@ -48,6 +48,13 @@ export type ConsentAnswer =
   | {
       required: true;
       reason: ConsentReason;
+      /**
+       * What a request that allows no page (`prompt=none`) is answered with (OpenID Connect Core
+       * 1.0 section 3.1.2.6): `consent_required` when the approval itself is missing,
+       * `interaction_required` when it is there but the client is asked every time (as
+       * node-oidc-provider answers for native clients).
+       */
+      promptNone: 'CONSENT_REQUIRED' | 'INTERACTION_REQUIRED';
       grant: GrantRecord | null;
       /** What the request asks for beyond the grant (everything without one): what the page presents as new. */
       newScopes: string[];
@@ -59,7 +66,14 @@ export function consentRequired(question: ConsentQuestion): ConsentAnswer {
   const { grant } = question;
   const newScopes = question.scopes.filter((scope) => grant === null || !grant.scopes.includes(scope));
   const newResources = question.audience.filter((resource) => grant === null || !grant.resources.includes(resource));
-  const ask = (reason: ConsentReason): ConsentAnswer => ({ required: true, reason, grant, newScopes, newResources });
+  const ask = (reason: ConsentReason): ConsentAnswer => ({
+    required: true,
+    reason,
+    promptNone: reason === 'client_not_assured' ? 'INTERACTION_REQUIRED' : 'CONSENT_REQUIRED',
+    grant,
+    newScopes,
+    newResources,
+  });
   if (grant === null) return ask('no_grant');
   if (newScopes.length > 0 || newResources.length > 0) return ask('more_requested');
   if (question.promptConsent) return ask('prompt_consent');

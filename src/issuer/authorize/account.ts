@@ -87,7 +87,7 @@ function createAccountPages(context: TokengateContext, steps: PageSteps) {
 
     async signOut(request: FastifyRequest, reply: FastifyReply) {
       const { session } = await verifiedSessionForm(request);
-      await sessions.end(reply, session);
+      await sessions.signOut(reply, session);
       request.log.info('signed out');
       return reply.redirect(`${ACCOUNT_PATH}/signed-out`, 303);
     },

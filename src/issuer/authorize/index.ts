@@ -117,7 +117,7 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
       if (userId === null) return retry({ kind: 'credentials' });
       // A new cookie value at login: whoever knew the one before (a planted cookie) gets nothing.
       const previous = await sessions.load(request);
-      if (previous !== null) await sessions.end(reply, previous);
+      if (previous !== null) await sessions.signOut(reply, previous);
       await sessions.start(request, reply, { userId, email });
       return reply.redirect(authorization === null ? ACCOUNT_PATH : authorizationPath(authorization.parameters), 303);
     },
@@ -141,7 +141,7 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
 
     async switchAccount(request: FastifyRequest, reply: FastifyReply) {
       const { session, pending } = await verifiedForm(request, false);
-      await sessions.end(reply, session);
+      await sessions.signOut(reply, session);
       return reply.redirect(authorizationPath(pending.parameters), 303);
     },
 

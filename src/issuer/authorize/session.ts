@@ -99,15 +99,20 @@ export class Sessions {
     if (remaining > 0) await this.context.store.sessions.save(session.key, session.data, remaining);
   }
 
-  /**
-   * Ends a signed-in session: the one way a session ends (sign-out, "Use another account", a new
-   * sign-in replacing it, an OpenID Connect logout). The record goes from the store, so no
-   * sidecar knows the cookie any more, the browser is told to drop the cookie, and the
-   * applications that asked to hear of it are told (../logout.ts).
-   */
+  /** Removes the session from the store and the cookie from the browser; the applications are not told (signOut tells them). */
   async end(reply: FastifyReply, session: Session): Promise<void> {
     await this.context.store.sessions.delete(session.key);
     reply.clearCookie(this.cookie.name, { path: this.cookie.path, secure: this.cookie.secure, httpOnly: true, sameSite: 'lax' });
+  }
+
+  /**
+   * Signs the user out: the one way a session ends for good (sign-out on the account page, "Use
+   * another account", a new sign-in replacing it). The record goes from the store, so no sidecar
+   * knows the cookie any more, the browser is told to drop the cookie, and the applications that
+   * asked to hear of it are told (../logout.ts).
+   */
+  async signOut(reply: FastifyReply, session: Session): Promise<void> {
+    await this.end(reply, session);
     announceLogout(this.context, { kind: 'session-ended', userId: session.data.userId, sessionKey: session.key });
   }
 
