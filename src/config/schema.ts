@@ -452,7 +452,11 @@ export const RouteSchema = Type.Object(
         { additionalProperties: false, description: 'Per token kind upstreams, instead of `upstream`.' },
       ),
     ),
-    timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
+    timeoutMs: Milliseconds(30_000, 'Time the upstream has to send its response head (504 after it), and then each part of its body.'),
+    streamIdleTimeoutMs: Milliseconds(
+      300_000,
+      "For a request whose Accept names `text/event-stream` (Server-Sent Events, an MCP client's streams): how long the upstream's body may go without a chunk before the gateway ends it. The head still comes within `timeoutMs`.",
+    ),
     allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
     allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
     dpop: oneOf(
