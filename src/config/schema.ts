@@ -470,6 +470,18 @@ export const RouteSchema = Type.Object(
           'Identifier of the resource (one of `resources`) this route belongs to: only tokens whose audience includes it pass, and every challenge names its metadata (docs/gateway.md#resources).',
       }),
     ),
+    allowedOrigins: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          "Browser origins (`https://app.example`) whose requests the gateway forwards on this route: a request with another `Origin` is 403 `foreign_origin`; `*`: any. Unset: the resource's own origin on a route with a `resource`, else any (docs/gateway.md#origins-and-hosts).",
+      }),
+    ),
+    allowedHosts: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'The `Host` values (`api.example`, `127.0.0.1:8080`) the gateway answers on this route: another is 403 `foreign_host`. Unset: any (docs/gateway.md#origins-and-hosts).',
+      }),
+    ),
     rateLimit: Type.Optional(
       Type.String({
         description:
