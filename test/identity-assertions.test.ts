@@ -7,6 +7,7 @@ import { parseConfig } from '../src/load-config.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { generateProviderKey, TestIdentityProvider } from './support/identity-provider.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { readDocument, sectionOf, tableUnder } from './support/markdown.js';
 import { freePort } from './support/ports.js';
 import { eventually } from './support/wait.js';
 
@@ -279,6 +280,20 @@ describe('access ends when the company says so', () => {
       parseConfig(JSON.stringify({ ...first.tokengate.context.config, identityProviders: config.identityProviders }), 'reloaded', {}),
     );
     expect((await exchange(first, await idp.assertion(claims()))).status).toBe(200);
+  });
+});
+
+describe('a resource other than the asserted one', () => {
+  it('is 400 invalid_target, as docs/issuer.md lists it at the token endpoint', async () => {
+    const answer = await exchange(first, await idp.assertion(claims()), { resource: `${issuerUrl}/other` });
+    const refused = await refusal(answer);
+    expect(refused).toMatchObject({ status: 400, error: 'invalid_target' });
+    const issuerDocs = readDocument('docs/issuer.md');
+    const [row] = tableUnder(issuerDocs, '## `POST /oauth/token`').filter((line) => line.startsWith('| `invalid_target`'));
+    expect(row).toContain(`("${refused.description}")`);
+    expect(sectionOf(issuerDocs, '## Identity assertions (ID-JAG)')).toMatch(
+      /`resource` parameter naming another resource\s+than the asserted one is \*\*400\*\* `invalid_target`/,
+    );
   });
 });
 

@@ -291,6 +291,24 @@ describe('the tokengate command', () => {
   }, 30_000);
 });
 
+describe('a second rotation while the first new key still waits to sign', () => {
+  it('makes a key that signs M + R + 5 s after its own creation, after the waiting one', async () => {
+    const instance = await startTokengate('identity-second-rotation', { config: { signedIdentity: { enabled: true } } });
+    try {
+      const { ring } = instance.tokengate.context.identity!;
+      const delayMs = (300 + 10 + 5) * 1000; // jwksMaxAgeSeconds + keyRefreshSeconds + 5, the defaults
+      const first = await ring.rotate();
+      const second = await ring.rotate();
+      expect(first.activatesAt - first.createdAt).toBe(delayMs);
+      // Not from the first one's activation (which made it wait twice as long).
+      expect(second.activatesAt - second.createdAt).toBe(delayMs);
+      expect(second.activatesAt).toBeGreaterThanOrEqual(first.activatesAt);
+    } finally {
+      await instance.close();
+    }
+  });
+});
+
 describe('the key set in the store', () => {
   it('is replaced only by a compare-and-set, in memory and in Redis alike', async () => {
     const prefix = uniquePrefix('identity-keys');
