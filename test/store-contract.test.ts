@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { redisKeySetStore } from '../src/identity/key-set-store.js';
 import { createMetrics } from '../src/observability/metrics.js';
+import type { RedisDoor } from '../src/store/backend.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { deleteApplicationAndTokens, deleteUserAndTokens, endGrant } from '../src/store/deletions.js';
@@ -687,6 +689,8 @@ describe('redis store: what Redis holds', () => {
     await store.grants.approve('u-other', 'c-layout', { scopes: ['public'], resources: [] }, now);
     await store.counters.increment('login:layout', 60_000);
     await store.secrets.getOrCreate('layout', 'x');
+    // The signed identity's keys, through the same door.
+    await redisKeySetStore(store.backend as RedisDoor).replace(null, '[]');
     await deleteUserAndTokens(store, 'u-layout');
 
     const written = new Set((await redis.keys(`${prefix}*`)).map((key) => key.slice(prefix.length).replace(/^(idx:[a-z]+|[a-z-]+):.*$/, '$1')));
@@ -699,6 +703,7 @@ describe('redis store: what Redis holds', () => {
         'counter',
         'grant-users',
         'grants',
+        'identity-keys',
         'idx:client',
         'idx:family',
         'idx:grant',
