@@ -62,8 +62,8 @@ input:focus-visible{outline-offset:0}
 .scopes{margin:0;padding:0;list-style:none}
 .scopes li{position:relative;padding:10px 0 10px 28px;border-top:1px solid var(--line)}
 .scopes li:last-child{border-bottom:1px solid var(--line)}
-.granted li::before{border-color:var(--muted)}
 .scopes li::before{content:"";position:absolute;left:4px;top:17px;width:10px;height:6px;border-left:2px solid var(--accent);border-bottom:2px solid var(--accent);transform:rotate(-45deg)}
+.granted li::before{border-color:var(--muted)}
 .note,.muted{color:var(--muted);font-size:.92rem}
 .note{margin:16px 0 0}
 .client-origin{margin:12px 0 0;padding:10px 12px;border-radius:8px;border:1px solid var(--line);font-size:.95rem;overflow-wrap:anywhere}
@@ -76,6 +76,7 @@ code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:
 .connection h2{margin:0}
 .connection .muted{margin:2px 0 10px;overflow-wrap:anywhere}
 .can{margin:0 0 4px}
+.account+.lead,.notice+.lead{margin-top:16px}
 .dates{display:grid;grid-template-columns:auto 1fr;gap:2px 12px;margin:12px 0;font-size:.95rem}
 .dates dt{color:var(--muted)}
 .dates dd{margin:0}
