@@ -377,6 +377,26 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     expect(await subject.peer.tokens.getAccessToken(elsewhere)).not.toBeNull();
   });
 
+  it('revokes every token of a provider that named its user by one e-mail address, whatever its subject, on the peer too', async () => {
+    const idp = 'https://idp.company.example';
+    const byEmail = [newDigest(), newDigest()];
+    const otherEmail = newDigest();
+    const otherProvider = newDigest();
+    const identity = (subject: string, email: string, issuer = idp) => ({ identity: { issuer, subject, email } });
+    await subject.store.tokens.saveAccessToken(byEmail[0]!, accessToken(identity('ada', 'ada@company.example')));
+    await subject.store.tokens.saveAccessToken(byEmail[1]!, accessToken(identity('ada-2', 'ada@company.example')));
+    await subject.store.tokens.saveAccessToken(otherEmail, accessToken(identity('ada', 'grace@company.example')));
+    await subject.store.tokens.saveAccessToken(otherProvider, accessToken(identity('ada', 'ada@company.example', 'https://idp.other.example')));
+    for (const digest of [...byEmail, otherEmail, otherProvider]) expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeIdentityEmailTokens(idp, 'ada@company.example')).toBe(2);
+    await eventually(async () => (await subject.peer.tokens.getAccessToken(byEmail[0]!)) === null && (await subject.peer.tokens.getAccessToken(byEmail[1]!)) === null);
+    expect(await subject.peer.tokens.getAccessToken(otherEmail)).not.toBeNull();
+    expect(await subject.peer.tokens.getAccessToken(otherProvider)).not.toBeNull();
+    // The subject's own index still names the one left of it.
+    expect(await subject.store.tokens.revokeIdentityTokens(idp, 'ada')).toBe(1);
+  });
+
   it('revokes with an access token the tokens exchanged from it, and from those; one exchanged while it was revoked is born revoked', async () => {
     const subjectDigest = newDigest();
     const exchanged = newDigest();

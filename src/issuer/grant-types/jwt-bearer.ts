@@ -38,7 +38,7 @@ export const jwtBearer: GrantType = {
     // A reload may have removed the provider while its keys were being fetched.
     const provider = providers.provider(assertion.issuer);
     if (provider === undefined) throw refused('iss', 'is not a trusted identity provider');
-    const userId = await subjectUser(context, assertion, provider);
+    const { userId, email } = await subjectUser(context, assertion, provider);
     await providers.spend(assertion);
     return issueTokens(
       context,
@@ -54,7 +54,7 @@ export const jwtBearer: GrantType = {
         audience,
         grantAudience: audience,
         withRefreshToken: false,
-        identity: { issuer: assertion.issuer, subject: assertion.subject },
+        identity: { issuer: assertion.issuer, subject: assertion.subject, email },
       },
       trace,
     );
@@ -104,20 +104,20 @@ function assertedScopes(
 
 /**
  * The tokengate user the assertion's subject is: the user whose e-mail address is in the
- * provider's user claim, created then when the operator turned `jitUsers` on.
+ * provider's user claim, created then when the operator turned `jitUsers` on; and that address.
  */
-async function subjectUser(context: TokengateContext, assertion: IdentityAssertion, provider: IdentityProviderConfig): Promise<string> {
+async function subjectUser(context: TokengateContext, assertion: IdentityAssertion, provider: IdentityProviderConfig): Promise<{ userId: string; email: string }> {
   const value = assertion.claims[provider.userClaim];
   if (typeof value !== 'string' || value === '') throw refused('sub', `has no ${provider.userClaim} claim to find its user by`);
   const email = value.toLowerCase();
   const users = context.store.users;
   const existing = await users.findByEmail(email);
-  if (existing !== null) return existing.id;
+  if (existing !== null) return { userId: existing.id, email };
   if (!provider.jitUsers) throw refused('sub', `is no user of this service (by its ${provider.userClaim} claim)`);
   const id = randomUUID();
   // No password: such a user signs in through the provider only. Another request may create it first.
-  if (await users.create({ id, email, passwordHash: '', createdAt: Date.now() })) return id;
+  if (await users.create({ id, email, passwordHash: '', createdAt: Date.now() })) return { userId: id, email };
   const created = await users.findByEmail(email);
   if (created === null) throw refused('sub', 'could not be given a user of this service');
-  return created.id;
+  return { userId: created.id, email };
 }
