@@ -166,16 +166,17 @@ describe('polled events', () => {
     expect(theStream().queue.has(jti)).toBe(false);
   });
 
-  it('are applied once when an acknowledgement is lost and the transmitter delivers them again', async () => {
+  it('are applied once when acknowledgements are lost and the transmitter delivers them again', async () => {
     const applied = await appliedEverywhere();
     const duplicates = await outcomes('session-revoked', 'duplicate');
-    transmitter.loseNextAcks = true;
+    transmitter.droppingAcks = true;
     const { token, jti } = await queueRevocation();
     await eventually(() => refusedEverywhere(token), 5_000);
+    // Delivered again, and again acknowledged into the void.
+    await eventually(async () => (await outcomes('session-revoked', 'duplicate')) >= duplicates + 2, 5_000);
+    transmitter.droppingAcks = false;
     await eventually(() => acknowledgedTimes(jti) === 1, 5_000);
-    expect(transmitter.loseNextAcks).toBe(false);
     expect(await appliedEverywhere()).toBe(applied + 1);
-    expect(await outcomes('session-revoked', 'duplicate')).toBe(duplicates + 1);
   });
 
   it('of a type tokengate does not act on are acknowledged and counted, once: no error loop', async () => {
@@ -224,9 +225,15 @@ describe('the poller', () => {
     const queued: Array<{ token: string; jti: string }> = [];
     for (const round of [1, 2]) {
       const polling = await holder();
+      // Applied by the sidecar about to stop, never acknowledged: the next poller receives it again.
+      transmitter.droppingAcks = true;
+      const unacknowledged = await queueRevocation();
+      queued.push(unacknowledged);
+      await eventually(() => refusedEverywhere(unacknowledged.token), 5_000);
       queued.push(await queueRevocation());
       const name = [...sidecars.entries()].find(([, sidecar]) => sidecar === polling)![0];
       await stopSidecar(name);
+      transmitter.droppingAcks = false;
       queued.push(await queueRevocation());
       // Another sidecar takes the lease and polls.
       const taker = running()[0]!;

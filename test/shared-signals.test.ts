@@ -8,6 +8,7 @@ import { valueOf } from './support/metrics.js';
 import { freePort } from './support/ports.js';
 import { EVENT, TestTransmitter, type MintedSet } from './support/transmitter.js';
 import { eventually } from './support/wait.js';
+import { withTokens, type Store } from '../src/store/store.js';
 
 /**
  * The Shared Signals receiver with push delivery (RFC 8935) on a stream the operator made, in
@@ -31,6 +32,28 @@ let issuerUrl: string;
 let api: string;
 let pushUrl: string;
 let log: CapturedLog;
+/** A third sidecar whose token saves wait for the test while `heldSaves` is set: a grant frozen between its checks and its save. */
+let third: RunningTokengate;
+let heldSaves: { reached(): void; released: Promise<void> } | null = null;
+
+function holdingSaves(store: Store): Store {
+  const tokens = new Proxy(store.tokens, {
+    get(target, property) {
+      if (property === 'saveAccessToken')
+        return async (...args: Parameters<Store['tokens']['saveAccessToken']>) => {
+          const held = heldSaves;
+          if (held !== null) {
+            held.reached();
+            await held.released;
+          }
+          return target.saveAccessToken(...args);
+        };
+      const value = Reflect.get(target, property, target) as unknown;
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return withTokens(store, tokens);
+}
 
 beforeAll(async () => {
   [idp, upstream] = await Promise.all([TestIdentityProvider.start(), startUpstream()]);
@@ -49,11 +72,13 @@ beforeAll(async () => {
   log = captureLog('info');
   first = await startTokengate('ssf-push', { port, config, logger: log.logger });
   second = await startTokengate('ssf-push-2', { sharing: first, config, logger: log.logger });
+  third = await startTokengate('ssf-push-3', { sharing: first, config, wrap: holdingSaves });
   app = await registerApplication(first.store, { scopes: ['public'] });
   pushUrl = `${first.baseUrl}/ssf/events/company`;
 });
 
 afterAll(async () => {
+  await third?.close();
   await second?.close();
   await first?.close();
   await upstream?.close();
@@ -151,6 +176,27 @@ describe('a pushed session-revoked event', () => {
     expect(refused.status).toBe(400);
     expect(await refused.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's iat is before its identity provider revoked the subject's sessions." });
     expect((await grant(second, await assertionFor(subject))).status).toBe(200);
+  });
+
+  it('ends the token of a grant that was saving it meanwhile: the grant checks again after its save and takes it back', async () => {
+    const subject = newSubject();
+    const assertion = await assertionFor(subject, 5);
+    let reached!: () => void;
+    const atSave = new Promise<void>((resolve) => (reached = resolve));
+    let release!: () => void;
+    heldSaves = { reached, released: new Promise<void>((resolve) => (release = resolve)) };
+    const pending = grant(third, assertion);
+    await atSave;
+    heldSaves = null;
+    // The revocation reads the subject's tokens while this one is not saved yet.
+    expect((await push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject)))).status).toBe(202);
+    release();
+    const answer = await pending;
+    expect({ status: answer.status, body: await answer.json() }).toEqual({
+      status: 400,
+      body: { error: 'invalid_grant', error_description: "The identity assertion's iat is before its identity provider revoked the subject's sessions." },
+    });
+    expect(await first.store.tokens.revokeIdentityTokens(idp.issuer, subject)).toBe(0);
   });
 });
 

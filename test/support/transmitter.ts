@@ -81,8 +81,8 @@ export class TestTransmitter {
   unauthorizedCalls = 0;
   /** While true, the poll endpoint answers 503 (the transmitter down). */
   pollOutage = false;
-  /** While true, a poll's acknowledgements are dropped once (lost on the way): the transmitter delivers those SETs again. */
-  loseNextAcks = false;
+  /** While true, polls' acknowledgements are dropped (lost on the way): the transmitter delivers those SETs again. */
+  droppingAcks = false;
 
   /** Whether polling needs the management credential (a transmitter may authenticate its pollers otherwise). */
   pollNeedsAuthorization = true;
@@ -231,9 +231,7 @@ export class TestTransmitter {
     if (this.pollOutage) return void response.writeHead(503, { 'retry-after': '1' }).end();
     const stream = this.streams.get(new URL(request.url!, 'https://transmitter').searchParams.get('stream_id') ?? '');
     if (stream === undefined) return void response.writeHead(404).end();
-    if (this.loseNextAcks && (body.ack ?? []).length > 0) {
-      this.loseNextAcks = false;
-    } else {
+    if (!this.droppingAcks) {
       for (const jti of body.ack ?? []) {
         this.acknowledged.push(jti);
         stream.queue.delete(jti);
