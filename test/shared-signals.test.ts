@@ -2,7 +2,20 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { generateProviderKey, TestIdentityProvider } from './support/identity-provider.js';
-import { adminFetch, clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runCli } from './support/cli.js';
+import {
+  adminFetch,
+  clientCredentials,
+  postForm,
+  registerApplication,
+  startTokengate,
+  TEST_ADMIN_TOKEN,
+  type RunningTokengate,
+  type TestApplication,
+} from './support/instance.js';
 import { captureLog, type CapturedLog } from './support/log.js';
 import { valueOf } from './support/metrics.js';
 import { freePort } from './support/ports.js';
@@ -410,5 +423,22 @@ describe("the stream's state", () => {
     expect((await push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject)))).status).toBe(202);
     await eventually(() => allAnswer(tokens, 401));
     expect((await push(await transmitter.set(EVENT.streamUpdated, { status: 'enabled' }, stream))).status).toBe(202);
+  });
+
+  it('is printed by `tokengate identity-providers list`, below its provider', async () => {
+    const directory = mkdtempSync(join(tmpdir(), 'tokengate-ssf-cli-'));
+    try {
+      const configFile = join(directory, 'tokengate.yaml');
+      writeFileSync(configFile, `admin:\n  host: 127.0.0.1\n  port: ${new URL(first.opsUrl).port}\n  token: ${TEST_ADMIN_TOKEN}\nlogging:\n  level: silent\n`);
+      const run = await runCli(['identity-providers', 'list', '--config', configFile], { env: { TOKENGATE_CONFIG: '' } });
+      expect(run.code).toBe(0);
+      const [provider, signals] = run.stdout.trimEnd().split('\n');
+      expect(provider).toMatch(new RegExp(`^${idp.issuer.replace(/[.]/g, '\\.')}  keys `));
+      expect(signals).toMatch(
+        new RegExp(`^  signals company: push to /ssf/events/company, stream ${STREAM_ID} \\(made by the operator\\), status enabled, verified \\d{4}-[^,]+, last event \\S+ \\S+ at \\d{4}-`),
+      );
+    } finally {
+      rmSync(directory, { recursive: true, force: true });
+    }
   });
 });
