@@ -22,6 +22,7 @@ import { freePort } from './support/ports.js';
 import { EVENT, TestTransmitter, type MintedSet } from './support/transmitter.js';
 import { eventually } from './support/wait.js';
 import { withTokens, type Store } from '../src/store/store.js';
+import { parseConfig } from '../src/load-config.js';
 
 /**
  * The Shared Signals receiver with push delivery (RFC 8935) on a stream the operator made, in
@@ -440,5 +441,34 @@ describe("the stream's state", () => {
     } finally {
       rmSync(directory, { recursive: true, force: true });
     }
+  });
+});
+
+describe('a reload', () => {
+  it('takes a receiver away (its pushes then find no receiver) and back, on every sidecar', async () => {
+    const signals = first.tokengate.context.config.identityProviders[0]!.sharedSignals;
+    const reloadWith = (withSignals: boolean) => {
+      for (const sidecar of [first, second]) {
+        const running = sidecar.tokengate.context.config;
+        const providers = running.identityProviders.map(({ sharedSignals: _running, ...provider }) => (withSignals ? { ...provider, sharedSignals: signals } : provider));
+        expect(sidecar.tokengate.reload(() => parseConfig(JSON.stringify({ ...running, identityProviders: providers }), 'reloaded', {}))).toMatchObject({
+          result: 'success',
+          applied: ['identityProviders'],
+        });
+      }
+    };
+    const subject = newSubject();
+    const tokens = await tokensOf(subject);
+    reloadWith(false);
+    try {
+      const minted = await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject));
+      expect((await push(minted)).status).toBe(404);
+      expect(await allAnswer(tokens, 200)).toBe(true);
+    } finally {
+      reloadWith(true);
+    }
+    expect(first.tokengate.context.config.identityProviders[0]!.sharedSignals).toEqual(signals);
+    expect((await push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject)))).status).toBe(202);
+    await eventually(() => allAnswer(tokens, 401));
   });
 });
