@@ -215,7 +215,8 @@ describe('a pushed session-revoked event', () => {
 });
 
 describe('SETs refused as RFC 8935 says, changing nothing', () => {
-  const attacks: Array<{ name: string; make: (subject: string) => Promise<{ status: number; body: string }>; err: string; description: string }> = [
+  /** `uncounted`: refused before it is read as a SET, so not among the SETs refused. */
+  const attacks: Array<{ name: string; make: (subject: string) => Promise<{ status: number; body: string }>; err: string; description: string; uncounted?: true }> = [
     {
       name: 'forged: signed with a key that is not the provider’s, under its kid',
       make: async (subject) => push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject), { key: await generateProviderKey() })),
@@ -293,6 +294,30 @@ describe('SETs refused as RFC 8935 says, changing nothing', () => {
       description: "The request's Content-Type is not application/secevent+jwt.",
     },
     {
+      name: 'sent without a media type',
+      make: async (subject) => push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject)), PUSH_AUTHORIZATION, ''),
+      err: 'invalid_request',
+      description: "The request's Content-Type is not application/secevent+jwt.",
+    },
+    {
+      name: 'more than a SET: a body of 100 kB',
+      make: async () => transmitter.push(pushUrl, 'a'.repeat(100_000), PUSH_AUTHORIZATION),
+      err: 'invalid_request',
+      description: 'The request body is larger than 65536 bytes: not a SET.',
+      uncounted: true,
+    },
+    {
+      name: 'nine events in one SET',
+      make: async (subject) =>
+        push(
+          await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject), {
+            claims: { events: Object.fromEntries(Array.from({ length: 9 }, (_unused, index) => [`${EVENT.sessionRevoked}#${index}`, {}])) },
+          }),
+        ),
+      err: 'invalid_request',
+      description: 'The SET holds more than 8 events.',
+    },
+    {
       name: 'a revoking event without a subject',
       make: async () => push(await transmitter.set(EVENT.sessionRevoked, {}, undefined)),
       err: 'invalid_request',
@@ -300,13 +325,13 @@ describe('SETs refused as RFC 8935 says, changing nothing', () => {
     },
   ];
 
-  it.each(attacks)('$name: 400 $err', async ({ make, err, description }) => {
+  it.each(attacks)('$name: 400 $err', async ({ make, err, description, uncounted }) => {
     const subject = newSubject();
     const tokens = await tokensOf(subject);
     const before = await refusals(err);
     const answer = await make(subject);
     expect({ status: answer.status, body: JSON.parse(answer.body) as unknown }).toEqual({ status: 400, body: { err, description } });
-    expect(await refusals(err)).toBe(before + 1);
+    expect(await refusals(err)).toBe(uncounted ? before : before + 1);
     expect(await allAnswer(tokens, 200)).toBe(true);
     expect((await grant(first, await assertionFor(subject))).status).toBe(200);
   });

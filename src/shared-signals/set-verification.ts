@@ -9,6 +9,8 @@ export const SET_TYPE = 'secevent+jwt';
 export const SET_CLOCK_LEEWAY_SECONDS = 30;
 /** A SET is a short JWT: anything longer is not one. */
 export const MOST_SET_BYTES = 64 * 1024;
+/** SSF 1.0 puts one event in a SET; a few more are read (RFC 8417 allows extensions of one event), not any number. */
+const MOST_EVENTS = 8;
 
 /** A SET whose signature and claims checked out. */
 export interface VerifiedSet {
@@ -105,6 +107,7 @@ function readSet(claims: JWTPayload): VerifiedSet {
   const events = claims.events;
   if (typeof events !== 'object' || events === null || Array.isArray(events) || Object.keys(events).length === 0)
     throw refusal('SET_INVALID_REQUEST', "The SET's events claim holds no event.");
+  if (Object.keys(events).length > MOST_EVENTS) throw refusal('SET_INVALID_REQUEST', `The SET holds more than ${MOST_EVENTS} events.`);
   const read = Object.entries(events as Record<string, unknown>).map(([type, payload]) => {
     if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) throw refusal('SET_INVALID_REQUEST', 'An event of the SET is not a JSON object.');
     return { type, payload: payload as Record<string, unknown> };

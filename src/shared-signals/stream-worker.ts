@@ -42,6 +42,8 @@ export class StreamWorker {
   /** Known from the status endpoint or a stream-updated event; null until either says. */
   private status: StreamStatus | null = null;
   private statusDueAt = 0;
+  /** Whether the transmitter's status endpoint tells this stream's status (a stream tokengate configures, on a transmitter that has one). */
+  private readsStatus = false;
   private acks: string[] = [];
   private errors: Record<string, { err: string; description: string }> = {};
   private lastPollRecord = { at: 0, result: '' };
@@ -143,7 +145,7 @@ export class StreamWorker {
     const enabled = this.status === null || this.status === 'enabled';
     // A paused or disabled stream is not polled; one tokengate cannot read the status of is polled
     // seldom, to hear the stream-updated event that enables it again.
-    if (!enabled && this.manages) return untilStatus;
+    if (!enabled && this.readsStatus) return untilStatus;
     const more = await this.pollOnce();
     if (!enabled) return signals.statusIntervalSeconds * 1000;
     return more ? 0 : signals.pollIntervalMs;
@@ -202,8 +204,10 @@ export class StreamWorker {
     this.statusDueAt = Date.now() + signals.statusIntervalSeconds * 1000;
     if ((await this.client.metadata()).statusEndpoint === null) {
       this.statusDueAt = Number.POSITIVE_INFINITY;
+      this.readsStatus = false;
       return;
     }
+    this.readsStatus = true;
     const { status, reason } = await this.client.readStatus(this.streamId!);
     if (!isStatus(status)) throw new TransmitterError(`answered the unknown stream status "${status.slice(0, 40)}"`);
     if (status !== this.status && status !== 'enabled') this.env.log.warn({ provider: name, status }, 'shared signals stream is not enabled: no events arrive');

@@ -151,7 +151,8 @@ export class TestTransmitter {
 
   /** Pushes a SET (RFC 8935) and reads the answer. */
   async push(url: string, set: string, authorization: string | null, contentType = 'application/secevent+jwt', extra: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-    const headers: Record<string, string> = { 'content-type': contentType, accept: 'application/json', ...extra };
+    // An empty contentType sends none.
+    const headers: Record<string, string> = { ...(contentType === '' ? {} : { 'content-type': contentType }), accept: 'application/json', ...extra };
     if (authorization !== null) headers.authorization = authorization;
     const response = await request(url, { method: 'POST', headers, body: set });
     return { status: response.statusCode, body: await response.body.text() };
