@@ -136,7 +136,7 @@ export const ERRORS = {
   SET_INVALID_KEY: {
     status: 400,
     error: 'invalid_key',
-    description: "The SET is not signed by a key of the identity provider, with an asymmetric algorithm it is trusted to sign with.",
+    description: 'The SET is not signed by a key of the identity provider, with an asymmetric algorithm it is trusted to sign with.',
   },
   SET_INVALID_ISSUER: { status: 400, error: 'invalid_issuer', description: "The SET's issuer is not this receiver's identity provider." },
   SET_INVALID_AUDIENCE: { status: 400, error: 'invalid_audience', description: "The SET's audience is not this receiver." },

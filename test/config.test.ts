@@ -409,7 +409,11 @@ describe('identityProviders[].sharedSignals', () => {
     const routes = 'routes:\n  - path: /ssf\n    upstream: http://127.0.0.1:3001\n';
     const env = { SSF_PUSH: 'Bearer 0123456789abcdef' };
     expect(problemsOf(provider(push, routes), env)).toEqual([
-      { path: 'routes[0].path', line: expect.any(Number) as unknown as number, message: '"/ssf" overlaps the shared signals push endpoint /ssf/events/<name> on the same listener' },
+      {
+        path: 'routes[0].path',
+        line: expect.any(Number) as unknown as number,
+        message: '"/ssf" overlaps the shared signals push endpoint /ssf/events/<name> on the same listener',
+      },
     ]);
     expect(() => parseConfig(routes, 'test.yaml', env)).not.toThrow();
   });

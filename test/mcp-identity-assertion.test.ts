@@ -76,7 +76,13 @@ beforeAll(async () => {
     ],
     identityProviders: [
       idp.config({
-        sharedSignals: { name: 'company', configurationUrl: transmitter.configurationUrl, delivery: 'push', pushAuthorization: PUSH_AUTHORIZATION, streamId: 'company-stream' },
+        sharedSignals: {
+          name: 'company',
+          configurationUrl: transmitter.configurationUrl,
+          delivery: 'push',
+          pushAuthorization: PUSH_AUTHORIZATION,
+          streamId: 'company-stream',
+        },
       }),
     ],
     clientMetadataDocuments: {
@@ -233,7 +239,14 @@ describe('an MCP client (@modelcontextprotocol/sdk) with an identity assertion f
   it("ends mid-session when the provider revokes the subject's sessions: the token gets 401 within a second, and the SDK's next assertion works again", async () => {
     const subject = 'idp-grace-mid-session';
     const provider = new IdentityAssertionProvider(client, () =>
-      idp.assertion({ sub: subject, email: EMAIL, aud: first.tokengate.context.config.issuer.issuerUrl, client_id: client.clientId, resource: mcpResource, scope: 'public' }),
+      idp.assertion({
+        sub: subject,
+        email: EMAIL,
+        aud: first.tokengate.context.config.issuer.issuerUrl,
+        client_id: client.clientId,
+        resource: mcpResource,
+        scope: 'public',
+      }),
     );
     /** What each request to the MCP server through the gateway was answered, with the token it carried. */
     const calls: Array<{ token: string; status: number }> = [];

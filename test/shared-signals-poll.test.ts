@@ -3,7 +3,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateTagKey } from '../src/token/token-value.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { generateProviderKey, TestIdentityProvider } from './support/identity-provider.js';
-import { adminFetch, clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import {
+  adminFetch,
+  clientCredentials,
+  postForm,
+  registerApplication,
+  startTokengate,
+  type RunningTokengate,
+  type TestApplication,
+} from './support/instance.js';
 import { valueOf } from './support/metrics.js';
 import { freePort } from './support/ports.js';
 import { createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
@@ -89,10 +97,14 @@ afterAll(async () => {
 });
 
 const running = () => [...sidecars.values()];
-const appliedOn = (sidecar: RunningTokengate) => valueOf(sidecar.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type: 'session-revoked', outcome: 'applied' });
-const pollsOf = (sidecar: RunningTokengate, result = 'answered') => valueOf(sidecar.tokengate.context.metrics.sharedSignalsPolls, { provider: 'company', result });
+const appliedOn = (sidecar: RunningTokengate) =>
+  valueOf(sidecar.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type: 'session-revoked', outcome: 'applied' });
+const pollsOf = (sidecar: RunningTokengate, result = 'answered') =>
+  valueOf(sidecar.tokengate.context.metrics.sharedSignalsPolls, { provider: 'company', result });
 const outcomes = async (type: string, outcome: string) =>
-  (await Promise.all(running().map((sidecar) => valueOf(sidecar.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type, outcome })))).reduce((a, b) => a + b, 0);
+  (
+    await Promise.all(running().map((sidecar) => valueOf(sidecar.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type, outcome })))
+  ).reduce((a, b) => a + b, 0);
 /** Session revocations applied by every sidecar that ever ran. */
 const appliedEverywhere = async () => appliedByStopped + (await Promise.all(running().map(appliedOn))).reduce((a, b) => a + b, 0);
 
@@ -104,7 +116,15 @@ function theStream(): TestStream {
 
 async function tokenFor(subject: string): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const assertion = await idp.assertion({ sub: subject, email: `${subject}@company.example`, aud: issuerUrl, client_id: app.clientId, resource: api, iat: now, exp: now + 120 });
+  const assertion = await idp.assertion({
+    sub: subject,
+    email: `${subject}@company.example`,
+    aud: issuerUrl,
+    client_id: app.clientId,
+    resource: api,
+    iat: now,
+    exp: now + 120,
+  });
   const response = await postForm(`${running()[0]!.baseUrl}/oauth/token`, { grant_type: JWT_BEARER, assertion, ...clientCredentials(app) });
   expect(response.status).toBe(200);
   return ((await response.json()) as { access_token: string }).access_token;
@@ -135,7 +155,9 @@ async function queueRevocation(): Promise<{ token: string; jti: string }> {
 const acknowledgedTimes = (jti: string) => transmitter.acknowledged.filter((each) => each === jti).length;
 
 async function listing(): Promise<Record<string, unknown>> {
-  const answer = (await (await adminFetch(running()[0]!, '/identity-providers')).json()) as { identityProviders: Array<{ sharedSignals: Record<string, unknown> }> };
+  const answer = (await (await adminFetch(running()[0]!, '/identity-providers')).json()) as {
+    identityProviders: Array<{ sharedSignals: Record<string, unknown> }>;
+  };
   return answer.identityProviders[0]!.sharedSignals;
 }
 
@@ -147,7 +169,14 @@ describe('a stream tokengate configures', () => {
     expect(stream.eventsRequested).toContain(EVENT.sessionRevoked);
     expect(stream.eventsRequested).toContain(EVENT.accountDisabled);
     await eventually(async () => (await listing()).verifiedAt !== null, 10_000);
-    expect(await listing()).toMatchObject({ name: 'company', delivery: 'poll', stream: 'configured', streamId: stream.streamId, status: 'enabled', problem: null });
+    expect(await listing()).toMatchObject({
+      name: 'company',
+      delivery: 'poll',
+      stream: 'configured',
+      streamId: stream.streamId,
+      status: 'enabled',
+      problem: null,
+    });
     expect(transmitter.unauthorizedCalls).toBe(0);
   });
 
@@ -194,7 +223,10 @@ describe('polled events', () => {
     const forged = await transmitter.set(EVENT.sessionRevoked, {}, { format: 'iss_sub', iss: idp.issuer, sub: subject }, { key: await generateProviderKey() });
     transmitter.enqueue(theStream().streamId, forged);
     await eventually(() => transmitter.setErrs.has(forged.jti), 5_000);
-    expect(transmitter.setErrs.get(forged.jti)).toEqual({ err: 'invalid_key', description: "The SET's signature does not verify with the identity provider's key." });
+    expect(transmitter.setErrs.get(forged.jti)).toEqual({
+      err: 'invalid_key',
+      description: "The SET's signature does not verify with the identity provider's key.",
+    });
     expect(theStream().queue.has(forged.jti)).toBe(false);
     expect(acknowledgedTimes(forged.jti)).toBe(0);
     expect(await statusEverywhere(token)).toEqual(running().map(() => 200));

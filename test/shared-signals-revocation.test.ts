@@ -78,7 +78,13 @@ beforeAll(async () => {
     identityProviders: [
       pushIdp.config({
         jitUsers: true,
-        sharedSignals: { name: 'pushing', configurationUrl: pushing.configurationUrl, delivery: 'push', pushAuthorization: PUSH_AUTHORIZATION, streamId: 'operator-made' },
+        sharedSignals: {
+          name: 'pushing',
+          configurationUrl: pushing.configurationUrl,
+          delivery: 'push',
+          pushAuthorization: PUSH_AUTHORIZATION,
+          streamId: 'operator-made',
+        },
       }),
       pollIdp.config({
         jitUsers: true,
@@ -133,7 +139,14 @@ afterAll(async () => {
 
 async function tokenFor(idp: TestIdentityProvider, subject: string, sidecar: RunningTokengate): Promise<string> {
   const now = Math.floor(Date.now() / 1000);
-  const assertion = await idp.assertion({ sub: subject, email: `${subject}@company.example`, aud: issuerUrl, client_id: app.clientId, iat: now, exp: now + 120 });
+  const assertion = await idp.assertion({
+    sub: subject,
+    email: `${subject}@company.example`,
+    aud: issuerUrl,
+    client_id: app.clientId,
+    iat: now,
+    exp: now + 120,
+  });
   const response = await postForm(`${sidecar.baseUrl}/oauth/token`, { grant_type: JWT_BEARER, assertion, ...clientCredentials(app) });
   expect(response.status).toBe(200);
   return ((await response.json()) as { access_token: string }).access_token;
@@ -184,7 +197,11 @@ async function measure(idp: TestIdentityProvider, transmitter: TestTransmitter, 
   for (let start = 0; start < count; start += AT_ONCE) {
     await Promise.all(
       prepared.slice(start, start + AT_ONCE).map(async ({ subject, tokens }) => {
-        const minted = await transmitter.set(EVENT.sessionRevoked, { event_timestamp: Math.floor(Date.now() / 1000) }, { format: 'iss_sub', iss: idp.issuer, sub: subject });
+        const minted = await transmitter.set(
+          EVENT.sessionRevoked,
+          { event_timestamp: Math.floor(Date.now() / 1000) },
+          { format: 'iss_sub', iss: idp.issuer, sub: subject },
+        );
         await send(minted);
         delays.push(await delayUntilRefused(minted, tokens));
       }),
@@ -197,7 +214,9 @@ function report(label: string, delays: number[], load: { ok: number }): void {
   const [p50, p99, max] = [percentile(delays, 0.5), percentile(delays, 0.99), delays.at(-1)!];
   process.stdout.write(
     `${label}: ${delays.length} events (${AT_ONCE} at once, ${load.ok} cached requests through nginx beside them), from the SET's making to 401 at both sidecars and through nginx: ` +
-      `p50 ${p50.toFixed(0)} ms, p99 ${p99.toFixed(0)} ms, max ${max.toFixed(0)} ms (load average ${loadavg().map((value) => value.toFixed(2)).join(' ')})\n`,
+      `p50 ${p50.toFixed(0)} ms, p99 ${p99.toFixed(0)} ms, max ${max.toFixed(0)} ms (load average ${loadavg()
+        .map((value) => value.toFixed(2))
+        .join(' ')})\n`,
   );
 }
 

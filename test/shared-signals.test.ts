@@ -75,7 +75,13 @@ beforeAll(async () => {
   issuerUrl = `http://127.0.0.1:${port}`;
   api = `${issuerUrl}/api`;
   transmitter = TestTransmitter.on(idp, issuerUrl);
-  const sharedSignals = { name: 'company', configurationUrl: transmitter.configurationUrl, delivery: 'push', pushAuthorization: PUSH_AUTHORIZATION, streamId: STREAM_ID };
+  const sharedSignals = {
+    name: 'company',
+    configurationUrl: transmitter.configurationUrl,
+    delivery: 'push',
+    pushAuthorization: PUSH_AUTHORIZATION,
+    streamId: STREAM_ID,
+  };
   const config = {
     issuer: { issuerUrl },
     resources: [{ identifier: api }],
@@ -160,7 +166,15 @@ describe('a pushed session-revoked event', () => {
     expect(audits).toEqual([
       expect.objectContaining({
         msg: 'shared signal applied',
-        audit: { action: 'tokens revoked by a shared signal', provider: 'company', issuer: idp.issuer, event: 'session-revoked', jti: minted.jti, subject: { sub: subject }, revoked: 2 },
+        audit: {
+          action: 'tokens revoked by a shared signal',
+          provider: 'company',
+          issuer: idp.issuer,
+          event: 'session-revoked',
+          jti: minted.jti,
+          subject: { sub: subject },
+          revoked: 2,
+        },
       }),
     ]);
     expect(log.text()).not.toContain(minted.set.split('.')[2]);
@@ -178,7 +192,9 @@ describe('a pushed session-revoked event', () => {
     expect((await transmitter.push(`${second.baseUrl}/ssf/events/company`, minted.set, PUSH_AUTHORIZATION)).status).toBe(202);
     expect(await allAnswer(since, 200)).toBe(true);
     expect(await events({ type: 'session-revoked', outcome: 'duplicate' })).toBe(duplicates + 1);
-    expect(await valueOf(second.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type: 'session-revoked', outcome: 'duplicate' })).toBeGreaterThanOrEqual(1);
+    expect(
+      await valueOf(second.tokengate.context.metrics.sharedSignalsEvents, { provider: 'company', type: 'session-revoked', outcome: 'duplicate' }),
+    ).toBeGreaterThanOrEqual(1);
   });
 
   it('refuses an identity assertion issued before it, and takes one issued after', async () => {
@@ -188,7 +204,10 @@ describe('a pushed session-revoked event', () => {
     expect((await push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject)))).status).toBe(202);
     const refused = await grant(second, before);
     expect(refused.status).toBe(400);
-    expect(await refused.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's iat is before its identity provider revoked the subject's sessions." });
+    expect(await refused.json()).toEqual({
+      error: 'invalid_grant',
+      error_description: "The identity assertion's iat is before its identity provider revoked the subject's sessions.",
+    });
     expect((await grant(second, await assertionFor(subject))).status).toBe(200);
   });
 
@@ -216,7 +235,13 @@ describe('a pushed session-revoked event', () => {
 
 describe('SETs refused as RFC 8935 says, changing nothing', () => {
   /** `uncounted`: refused before it is read as a SET, so not among the SETs refused. */
-  const attacks: Array<{ name: string; make: (subject: string) => Promise<{ status: number; body: string }>; err: string; description: string; uncounted?: true }> = [
+  const attacks: Array<{
+    name: string;
+    make: (subject: string) => Promise<{ status: number; body: string }>;
+    err: string;
+    description: string;
+    uncounted?: true;
+  }> = [
     {
       name: 'forged: signed with a key that is not the provider’s, under its kid',
       make: async (subject) => push(await transmitter.set(EVENT.sessionRevoked, {}, issSub(subject), { key: await generateProviderKey() })),
@@ -347,8 +372,18 @@ describe('what each event does', () => {
     { event: EVENT.credentialChange, payload: { credential_type: 'fido2-roaming', change_type: 'create' }, type: 'credential-change', outcome: 'no_effect' },
     { event: EVENT.credentialChange, payload: { credential_type: 'password', change_type: 'update' }, type: 'credential-change', outcome: 'applied' },
     { event: EVENT.credentialChange, payload: { credential_type: 'x509', change_type: 'revoke' }, type: 'credential-change', outcome: 'applied' },
-    { event: EVENT.assuranceLevelChange, payload: { namespace: 'NIST-AAL', current_level: 'nist-aal2', previous_level: 'nist-aal1', change_direction: 'increase' }, type: 'assurance-level-change', outcome: 'no_effect' },
-    { event: EVENT.assuranceLevelChange, payload: { namespace: 'NIST-AAL', current_level: 'nist-aal1', previous_level: 'nist-aal2', change_direction: 'decrease' }, type: 'assurance-level-change', outcome: 'applied' },
+    {
+      event: EVENT.assuranceLevelChange,
+      payload: { namespace: 'NIST-AAL', current_level: 'nist-aal2', previous_level: 'nist-aal1', change_direction: 'increase' },
+      type: 'assurance-level-change',
+      outcome: 'no_effect',
+    },
+    {
+      event: EVENT.assuranceLevelChange,
+      payload: { namespace: 'NIST-AAL', current_level: 'nist-aal1', previous_level: 'nist-aal2', change_direction: 'decrease' },
+      type: 'assurance-level-change',
+      outcome: 'applied',
+    },
     { event: EVENT.assuranceLevelChange, payload: { namespace: 'NIST-AAL', current_level: 'nist-aal1' }, type: 'assurance-level-change', outcome: 'applied' },
     { event: EVENT.tokenClaimsChange, payload: { claims: { trusted_network: 'false' } }, type: 'token-claims-change', outcome: 'no_effect' },
     { event: EVENT.tokenClaimsChange, payload: { claims: { groups: ['readers'] } }, type: 'token-claims-change', outcome: 'applied' },
@@ -377,7 +412,10 @@ describe('what each event does', () => {
     await eventually(() => allAnswer(tokens, 401));
     for (const sidecar of [first, second]) {
       const refused = await grant(sidecar, await assertionFor(subject));
-      expect(await refused.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's sub is an account its identity provider disabled." });
+      expect(await refused.json()).toEqual({
+        error: 'invalid_grant',
+        error_description: "The identity assertion's sub is an account its identity provider disabled.",
+      });
     }
     // Enabled under another name than the one it was disabled by: what was said under each name stands.
     expect((await push(await transmitter.set(EVENT.accountEnabled, {}, { format: 'email', email: emailOf(subject) }))).status).toBe(202);
@@ -403,7 +441,16 @@ describe('subjects named as RFC 9493 and SSF allow', () => {
     ['email (any letter case)', (subject: string) => ({ format: 'email', email: emailOf(subject).toUpperCase() })],
     ['opaque', (subject: string) => ({ format: 'opaque', id: subject })],
     ['complex, by its user', (subject: string) => ({ format: 'complex', user: issSub(subject), session: { format: 'opaque', id: 'some-session' } })],
-    ['aliases', (subject: string) => ({ format: 'aliases', identifiers: [{ format: 'phone_number', phone_number: '+15555550100' }, { format: 'email', email: emailOf(subject) }] })],
+    [
+      'aliases',
+      (subject: string) => ({
+        format: 'aliases',
+        identifiers: [
+          { format: 'phone_number', phone_number: '+15555550100' },
+          { format: 'email', email: emailOf(subject) },
+        ],
+      }),
+    ],
   ])('%s: every token of the subject ends', async (_format, subjectOf) => {
     const subject = newSubject();
     const tokens = await tokensOf(subject);
@@ -461,7 +508,9 @@ describe("the stream's state", () => {
       const [provider, signals] = run.stdout.trimEnd().split('\n');
       expect(provider).toMatch(new RegExp(`^${idp.issuer.replace(/[.]/g, '\\.')}  keys `));
       expect(signals).toMatch(
-        new RegExp(`^  signals company: push to /ssf/events/company, stream ${STREAM_ID} \\(made by the operator\\), status enabled, verified \\d{4}-[^,]+, last event \\S+ \\S+ at \\d{4}-`),
+        new RegExp(
+          `^  signals company: push to /ssf/events/company, stream ${STREAM_ID} \\(made by the operator\\), status enabled, verified \\d{4}-[^,]+, last event \\S+ \\S+ at \\d{4}-`,
+        ),
       );
     } finally {
       rmSync(directory, { recursive: true, force: true });
@@ -475,7 +524,9 @@ describe('a reload', () => {
     const reloadWith = (withSignals: boolean) => {
       for (const sidecar of [first, second]) {
         const running = sidecar.tokengate.context.config;
-        const providers = running.identityProviders.map(({ sharedSignals: _running, ...provider }) => (withSignals ? { ...provider, sharedSignals: signals } : provider));
+        const providers = running.identityProviders.map(({ sharedSignals: _running, ...provider }) =>
+          withSignals ? { ...provider, sharedSignals: signals } : provider,
+        );
         expect(sidecar.tokengate.reload(() => parseConfig(JSON.stringify({ ...running, identityProviders: providers }), 'reloaded', {}))).toMatchObject({
           result: 'success',
           applied: ['identityProviders'],

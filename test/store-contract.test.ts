@@ -391,7 +391,9 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     for (const digest of [...byEmail, otherEmail, otherProvider]) expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
 
     expect(await subject.store.tokens.revokeIdentityEmailTokens(idp, 'ada@company.example')).toBe(2);
-    await eventually(async () => (await subject.peer.tokens.getAccessToken(byEmail[0]!)) === null && (await subject.peer.tokens.getAccessToken(byEmail[1]!)) === null);
+    await eventually(
+      async () => (await subject.peer.tokens.getAccessToken(byEmail[0]!)) === null && (await subject.peer.tokens.getAccessToken(byEmail[1]!)) === null,
+    );
     expect(await subject.peer.tokens.getAccessToken(otherEmail)).not.toBeNull();
     expect(await subject.peer.tokens.getAccessToken(otherProvider)).not.toBeNull();
     // The subject's own index still names the one left of it.
@@ -581,7 +583,7 @@ describe.each(stores)('shared signals records contract: %s', (_name, _driver, op
     await eventually(async () => (await signals.claimEvent(idp, 'lapsing', 60_000)) === 'claimed', 10_000);
   });
 
-  it("keeps what was said of a subject under each of its names: the latest revocation, disabled until enabled, forgotten after its keep unless disabled", async () => {
+  it('keeps what was said of a subject under each of its names: the latest revocation, disabled until enabled, forgotten after its keep unless disabled', async () => {
     const [signals, peer] = handles();
     const ada = { by: 'sub', value: 'ada' } as const;
     const adaByEmail = { by: 'email', value: 'ada@company.example' } as const;

@@ -242,9 +242,18 @@ describe('shared signals', () => {
     const receiver = await startTokengate('tracing-ssf', {
       config: {
         identityProviders: [
-          pushIdp.config({ sharedSignals: { name: 'pushing', configurationUrl: pushing.configurationUrl, delivery: 'push', audience, pushAuthorization, streamId: 's' } }),
+          pushIdp.config({
+            sharedSignals: { name: 'pushing', configurationUrl: pushing.configurationUrl, delivery: 'push', audience, pushAuthorization, streamId: 's' },
+          }),
           pollIdp.config({
-            sharedSignals: { name: 'polled', configurationUrl: polling.configurationUrl, delivery: 'poll', audience, transmitterAuthorization: polling.managementAuthorization, pollIntervalMs: 50 },
+            sharedSignals: {
+              name: 'polled',
+              configurationUrl: polling.configurationUrl,
+              delivery: 'poll',
+              audience,
+              transmitterAuthorization: polling.managementAuthorization,
+              pollIntervalMs: 50,
+            },
           }),
         ],
         tracing: { enabled: true, endpoint: collector.url, scheduledDelayMs: 20 },
@@ -253,7 +262,9 @@ describe('shared signals', () => {
     try {
       const pushed = await pushing.set(EVENT.sessionRevoked, {}, { format: 'iss_sub', iss: pushIdp.issuer, sub: 'ada' });
       const caller = callerTraceparent(true);
-      expect((await pushing.push(`${receiver.baseUrl}/ssf/events/pushing`, pushed.set, pushAuthorization, undefined, { traceparent: caller.traceparent })).status).toBe(202);
+      expect(
+        (await pushing.push(`${receiver.baseUrl}/ssf/events/pushing`, pushed.set, pushAuthorization, undefined, { traceparent: caller.traceparent })).status,
+      ).toBe(202);
       const spans = await spansOf(caller.traceId, 2);
       const server = only(spans, SERVER);
       expect(server.name).toBe('POST /ssf/events/:name');
@@ -276,7 +287,13 @@ describe('shared signals', () => {
       expect(root.attributes).toMatchObject({ 'tokengate.shared_signals.delivery': 'poll', 'tokengate.shared_signals.outcome': 'no_effect' });
 
       const exported = Buffer.concat(collector.bodies);
-      for (const secret of [pushed.set, ...pushed.set.split('.'), ...polled.set.split('.'), 'push-secret-never-recorded', polling.managementAuthorization.slice(7)])
+      for (const secret of [
+        pushed.set,
+        ...pushed.set.split('.'),
+        ...polled.set.split('.'),
+        'push-secret-never-recorded',
+        polling.managementAuthorization.slice(7),
+      ])
         expect(exported.includes(Buffer.from(secret)), `${secret.slice(0, 12)}... in an exported span`).toBe(false);
     } finally {
       await receiver.close();

@@ -329,20 +329,23 @@ export const SharedSignalsSchema = Type.Object(
     }),
     pushEndpointUrl: Type.String({
       default: '',
-      description: 'push, on a stream tokengate creates: the URL the transmitter is told to push to. Empty: `issuer.issuerUrl` followed by `/ssf/events/<name>`.',
+      description:
+        'push, on a stream tokengate creates: the URL the transmitter is told to push to. Empty: `issuer.issuerUrl` followed by `/ssf/events/<name>`.',
     }),
     transmitterAuthorization: Type.String({
       default: '',
       description:
-        "The whole `Authorization` header tokengate sends the transmitter, to configure its stream (create it, read it and its status, ask for a verification) and to poll. Empty: a stream the operator made (`streamId`), which tokengate only receives. Give it through the environment; never logged.",
+        'The whole `Authorization` header tokengate sends the transmitter, to configure its stream (create it, read it and its status, ask for a verification) and to poll. Empty: a stream the operator made (`streamId`), which tokengate only receives. Give it through the environment; never logged.',
     }),
     streamId: Type.String({
       default: '',
-      description: 'A stream the operator made at the transmitter. Empty: tokengate creates one through the configuration endpoint (needs `transmitterAuthorization`) and keeps its id in the store.',
+      description:
+        'A stream the operator made at the transmitter. Empty: tokengate creates one through the configuration endpoint (needs `transmitterAuthorization`) and keeps its id in the store.',
     }),
     pollUrl: Type.String({
       default: '',
-      description: "poll, on a stream the operator made: its poll endpoint (https). Empty: the stream's own, read from the transmitter (needs `transmitterAuthorization`).",
+      description:
+        "poll, on a stream the operator made: its poll endpoint (https). Empty: the stream's own, read from the transmitter (needs `transmitterAuthorization`).",
     }),
     events: Type.Array(Type.String({ minLength: 1 }), {
       default: [],
@@ -359,7 +362,7 @@ export const SharedSignalsSchema = Type.Object(
     maxEvents: Type.Integer({ minimum: 1, maximum: 1_000, default: 100, description: 'poll: most events asked for in one poll.' }),
     statusIntervalSeconds: Seconds(
       300,
-      'How often the stream\'s status is read again (with `transmitterAuthorization`); a paused or disabled stream is not polled meanwhile.',
+      "How often the stream's status is read again (with `transmitterAuthorization`); a paused or disabled stream is not polled meanwhile.",
       1,
     ),
   },

@@ -32,15 +32,20 @@ export function checkSharedSignals(config: Pick<Config, 'identityProviders' | 'i
 
 function checkReceiver(signals: SharedSignalsConfig, config: Pick<Config, 'issuer' | 'server'>, at: (key: string) => string): ConfigProblem[] {
   const problems: ConfigProblem[] = [];
-  if (!isHttpsUrl(signals.configurationUrl)) problems.push({ path: at('configurationUrl'), message: `expected an https URL, got "${signals.configurationUrl}"` });
-  if (signals.pollUrl !== '' && !isHttpsUrl(signals.pollUrl)) problems.push({ path: at('pollUrl'), message: `expected an https URL, got "${signals.pollUrl}"` });
+  if (!isHttpsUrl(signals.configurationUrl))
+    problems.push({ path: at('configurationUrl'), message: `expected an https URL, got "${signals.configurationUrl}"` });
+  if (signals.pollUrl !== '' && !isHttpsUrl(signals.pollUrl))
+    problems.push({ path: at('pollUrl'), message: `expected an https URL, got "${signals.pollUrl}"` });
   if (signals.pushEndpointUrl !== '' && !isAbsoluteHttpUrl(signals.pushEndpointUrl))
     problems.push({ path: at('pushEndpointUrl'), message: `expected an absolute http(s) URL, got "${signals.pushEndpointUrl}"` });
   if (signals.audience === '' && config.issuer.issuerUrl === '' && config.server.port === 0)
     problems.push({ path: at('audience'), message: 'required while issuer.issuerUrl cannot be derived (server.port is 0): the aud the events must name' });
   const manages = signals.transmitterAuthorization !== '';
   if (signals.streamId === '' && !manages)
-    problems.push({ path: at('streamId'), message: 'give the id of the stream you made at the transmitter, or transmitterAuthorization for tokengate to create one' });
+    problems.push({
+      path: at('streamId'),
+      message: 'give the id of the stream you made at the transmitter, or transmitterAuthorization for tokengate to create one',
+    });
   if (signals.delivery === 'push') {
     if (signals.pushAuthorization.length < SHORTEST_PUSH_AUTHORIZATION)
       problems.push({
@@ -50,7 +55,10 @@ function checkReceiver(signals: SharedSignalsConfig, config: Pick<Config, 'issue
     if (signals.pollUrl !== '') problems.push({ path: at('pollUrl'), message: 'only for delivery: poll' });
   } else {
     if (!manages && signals.pollUrl === '')
-      problems.push({ path: at('pollUrl'), message: 'required for a poll stream the operator made (without transmitterAuthorization tokengate cannot read the stream)' });
+      problems.push({
+        path: at('pollUrl'),
+        message: 'required for a poll stream the operator made (without transmitterAuthorization tokengate cannot read the stream)',
+      });
     if (signals.pushAuthorization !== '') problems.push({ path: at('pushAuthorization'), message: 'only for delivery: push' });
   }
   return problems;
@@ -64,7 +72,10 @@ function routesOverPushEndpoint(routes: Config['routes']): ConfigProblem[] {
     if (typeof path !== 'string') return;
     const prefix = path.length > 1 ? path.replace(/\/+$/, '') : path;
     if (prefix === '/' || '/ssf/events'.startsWith(`${prefix}/`) || prefix === '/ssf/events' || prefix.startsWith('/ssf/events/'))
-      problems.push({ path: `routes[${index}].path`, message: `"${route.path}" overlaps the shared signals push endpoint /ssf/events/<name> on the same listener` });
+      problems.push({
+        path: `routes[${index}].path`,
+        message: `"${route.path}" overlaps the shared signals push endpoint /ssf/events/<name> on the same listener`,
+      });
   });
   return problems;
 }

@@ -45,7 +45,12 @@ export async function registerPushEndpoint(
 async function answer(signals: SharedSignals, request: FastifyRequest<{ Params: { name: string } }>, reply: FastifyReply): Promise<FastifyReply> {
   const mediaType = (request.headers['content-type'] ?? '').split(';', 1)[0]!.trim().toLowerCase();
   const set = typeof request.body === 'string' ? request.body.trim() : '';
-  const receipt = await signals.receivePush(request.params.name, request.headers.authorization, mediaType === SET_MEDIA_TYPE ? set : null, request.trace ?? null);
+  const receipt = await signals.receivePush(
+    request.params.name,
+    request.headers.authorization,
+    mediaType === SET_MEDIA_TYPE ? set : null,
+    request.trace ?? null,
+  );
   if (receipt === undefined) throw new TokengateError('NOT_FOUND', { description: 'No shared signals receiver takes pushed events here.' });
   if (receipt.outcome === 'refused') throw receipt.refusal;
   if (receipt.outcome === 'retry') throw receipt.error;
@@ -56,6 +61,7 @@ async function answer(signals: SharedSignals, request: FastifyRequest<{ Params: 
 function setFailureOf(error: unknown): TokengateError {
   if (error instanceof TokengateError) return error;
   const code = (error as { code?: string }).code;
-  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new TokengateError('SET_INVALID_REQUEST', { description: `The request body is larger than ${MOST_SET_BYTES} bytes: not a SET.` });
+  if (code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+    return new TokengateError('SET_INVALID_REQUEST', { description: `The request body is larger than ${MOST_SET_BYTES} bytes: not a SET.` });
   return toTokengateError(error);
 }

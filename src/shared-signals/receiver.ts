@@ -76,7 +76,13 @@ export interface ReceiveOptions {
  * a sidecar that dies half-way leaves the event to be applied by the next delivery, and an
  * event delivered again after it was applied changes nothing.
  */
-export async function receiveSet(set: string, settings: ReceiverSettings, env: ReceiverEnvironment, delivery: Delivery, options: ReceiveOptions = {}): Promise<Receipt> {
+export async function receiveSet(
+  set: string,
+  settings: ReceiverSettings,
+  env: ReceiverEnvironment,
+  delivery: Delivery,
+  options: ReceiveOptions = {},
+): Promise<Receipt> {
   let verified: VerifiedSet;
   let planned: PlannedEvent[];
   try {
@@ -181,7 +187,8 @@ async function applyEvent(event: PlannedEvent, verified: VerifiedSet, settings: 
     case 'stream-updated':
       await env.store.updateStream(settings.name, { status: effect.status, statusReason: effect.reason ?? '', statusAt: String(Date.now()) });
       env.streamStatusChanged(settings.name, effect.status);
-      if (effect.status !== 'enabled') env.log.warn({ provider: settings.name, status: effect.status }, 'shared signals stream is not enabled: no events arrive');
+      if (effect.status !== 'enabled')
+        env.log.warn({ provider: settings.name, status: effect.status }, 'shared signals stream is not enabled: no events arrive');
       return 'recorded';
   }
 }
@@ -196,7 +203,10 @@ async function applyEvent(event: PlannedEvent, verified: VerifiedSet, settings: 
 async function applyToSubject(event: PlannedEvent, verified: VerifiedSet, settings: ReceiverSettings, env: ReceiverEnvironment): Promise<EventOutcome> {
   const subject = event.subject!;
   if ('unsupported' in subject) {
-    env.log.warn({ provider: settings.name, event: event.name, format: subject.unsupported }, 'shared signal names its subject in a format tokengate cannot use: acknowledged, no effect');
+    env.log.warn(
+      { provider: settings.name, event: event.name, format: subject.unsupported },
+      'shared signal names its subject in a format tokengate cannot use: acknowledged, no effect',
+    );
     return 'unsupported_subject';
   }
   const issuer = settings.provider.issuer;
@@ -216,10 +226,27 @@ async function applyToSubject(event: PlannedEvent, verified: VerifiedSet, settin
   return 'applied';
 }
 
-function audit(log: Logger, settings: ReceiverSettings, event: PlannedEvent, verified: VerifiedSet, key: SubjectKey, change: Record<string, number | boolean>): void {
+function audit(
+  log: Logger,
+  settings: ReceiverSettings,
+  event: PlannedEvent,
+  verified: VerifiedSet,
+  key: SubjectKey,
+  change: Record<string, number | boolean>,
+): void {
   const action = 'enabled' in change ? 'sign-in enabled again by a shared signal' : 'tokens revoked by a shared signal';
   log.info(
-    { audit: { action, provider: settings.name, issuer: settings.provider.issuer, event: event.name, jti: verified.jti, subject: { [key.by]: key.value }, ...change } },
+    {
+      audit: {
+        action,
+        provider: settings.name,
+        issuer: settings.provider.issuer,
+        event: event.name,
+        jti: verified.jti,
+        subject: { [key.by]: key.value },
+        ...change,
+      },
+    },
     'shared signal applied',
   );
 }

@@ -96,20 +96,24 @@ function verificationRefusal(error: unknown): TokengateError {
   }
   if (error instanceof errors.JWKSNoMatchingKey || error instanceof errors.JWKSMultipleMatchingKeys)
     return refusal('SET_INVALID_KEY', "The SET's kid names no signing key the identity provider publishes.");
-  if (error instanceof errors.JOSEAlgNotAllowed) return refusal('SET_INVALID_KEY', 'The SET is signed with an algorithm this identity provider is not trusted to sign with.');
-  if (error instanceof errors.JWSSignatureVerificationFailed) return refusal('SET_INVALID_KEY', "The SET's signature does not verify with the identity provider's key.");
+  if (error instanceof errors.JOSEAlgNotAllowed)
+    return refusal('SET_INVALID_KEY', 'The SET is signed with an algorithm this identity provider is not trusted to sign with.');
+  if (error instanceof errors.JWSSignatureVerificationFailed)
+    return refusal('SET_INVALID_KEY', "The SET's signature does not verify with the identity provider's key.");
   if (error instanceof errors.JOSEError) return refusal('SET_INVALID_REQUEST', 'The SET is not a valid JWT.');
   return error instanceof TokengateError ? error : new TokengateError('INTERNAL', { cause: error });
 }
 
 function readSet(claims: JWTPayload): VerifiedSet {
-  if (typeof claims.jti !== 'string' || claims.jti === '' || claims.jti.length > 256) throw refusal('SET_INVALID_REQUEST', "The SET's jti is missing or not a string.");
+  if (typeof claims.jti !== 'string' || claims.jti === '' || claims.jti.length > 256)
+    throw refusal('SET_INVALID_REQUEST', "The SET's jti is missing or not a string.");
   const events = claims.events;
   if (typeof events !== 'object' || events === null || Array.isArray(events) || Object.keys(events).length === 0)
     throw refusal('SET_INVALID_REQUEST', "The SET's events claim holds no event.");
   if (Object.keys(events).length > MOST_EVENTS) throw refusal('SET_INVALID_REQUEST', `The SET holds more than ${MOST_EVENTS} events.`);
   const read = Object.entries(events as Record<string, unknown>).map(([type, payload]) => {
-    if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) throw refusal('SET_INVALID_REQUEST', 'An event of the SET is not a JSON object.');
+    if (typeof payload !== 'object' || payload === null || Array.isArray(payload))
+      throw refusal('SET_INVALID_REQUEST', 'An event of the SET is not a JSON object.');
     return { type, payload: payload as Record<string, unknown> };
   });
   return { jti: claims.jti, issuedAt: claims.iat!, events: read, subject: claims.sub_id };

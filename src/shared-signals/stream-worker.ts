@@ -183,7 +183,12 @@ export class StreamWorker {
 
   private wantedStream(): Record<string, unknown> {
     const { name, signals, pushEndpointUrl } = this.settings;
-    const requested = signals.events.length > 0 ? signals.events : Object.entries(EVENT_TYPES).filter(([short]) => short !== 'verification' && short !== 'stream-updated').map(([, uri]) => uri);
+    const requested =
+      signals.events.length > 0
+        ? signals.events
+        : Object.entries(EVENT_TYPES)
+            .filter(([short]) => short !== 'verification' && short !== 'stream-updated')
+            .map(([, uri]) => uri);
     const delivery =
       signals.delivery === 'push'
         ? { method: DELIVERY_METHODS.push, endpoint_url: pushEndpointUrl, authorization_header: signals.pushAuthorization }
@@ -196,7 +201,10 @@ export class StreamWorker {
     if (stream.deliveryMethod !== DELIVERY_METHODS[signals.delivery])
       throw new TransmitterError(`stream ${stream.streamId} delivers by ${stream.deliveryMethod || 'an unnamed method'}, not ${signals.delivery}`);
     if (stream.audience.length > 0 && !stream.audience.includes(audience))
-      this.env.log.warn({ provider: name, streamId: stream.streamId }, "shared signals stream's audience is not this receiver's: its events will be refused (invalid_audience)");
+      this.env.log.warn(
+        { provider: name, streamId: stream.streamId },
+        "shared signals stream's audience is not this receiver's: its events will be refused (invalid_audience)",
+      );
   }
 
   private async readStatus(): Promise<void> {

@@ -23,7 +23,9 @@ export function resolveSubject(subject: unknown, providerIssuer: string, depth =
       const { iss, sub } = subject;
       if (typeof iss !== 'string' || typeof sub !== 'string' || sub === '') throw malformed('has an iss_sub subject without its iss and sub');
       if (iss !== providerIssuer)
-        throw new TokengateError('SET_ACCESS_DENIED', { description: "The SET names a subject of another issuer: a provider speaks for its own subjects only." });
+        throw new TokengateError('SET_ACCESS_DENIED', {
+          description: 'The SET names a subject of another issuer: a provider speaks for its own subjects only.',
+        });
       return { keys: [{ by: 'sub', value: sub }], format: 'iss_sub' };
     }
     case 'opaque':

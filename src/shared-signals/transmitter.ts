@@ -163,7 +163,11 @@ function readStreamConfiguration(answer: unknown): StreamConfiguration {
   const stream = asObject(answer, 'stream configuration');
   if (typeof stream.stream_id !== 'string' || stream.stream_id === '') throw new TransmitterError('stream configuration has no stream_id');
   const delivery = typeof stream.delivery === 'object' && stream.delivery !== null ? (stream.delivery as Record<string, unknown>) : {};
-  const audience = Array.isArray(stream.aud) ? stream.aud.filter((value): value is string => typeof value === 'string') : typeof stream.aud === 'string' ? [stream.aud] : [];
+  const audience = Array.isArray(stream.aud)
+    ? stream.aud.filter((value): value is string => typeof value === 'string')
+    : typeof stream.aud === 'string'
+      ? [stream.aud]
+      : [];
   return {
     streamId: stream.stream_id,
     deliveryMethod: typeof delivery.method === 'string' ? delivery.method : '',

@@ -106,7 +106,10 @@ export class TestTransmitter {
     idp.server.route('/ssf/stream', (req, res) => void this.manage(req, res, () => this.streamEndpoint(req, res)));
     idp.server.route('/ssf/status', (req, res) => void this.manage(req, res, () => this.statusEndpoint(req, res)));
     idp.server.route('/ssf/verify', (req, res) => void this.manage(req, res, () => this.verifyEndpoint(req, res)));
-    idp.server.route(POLL_PATH, (req, res) => void (this.pollNeedsAuthorization ? this.manage(req, res, () => this.pollEndpoint(req, res)) : this.pollEndpoint(req, res)));
+    idp.server.route(
+      POLL_PATH,
+      (req, res) => void (this.pollNeedsAuthorization ? this.manage(req, res, () => this.pollEndpoint(req, res)) : this.pollEndpoint(req, res)),
+    );
   }
 
   static on(idp: TestIdentityProvider, audience: string): TestTransmitter {
@@ -144,13 +147,24 @@ export class TestTransmitter {
       return { jti, madeAt, set: `${encode({ alg: 'none', typ })}.${encode(claims)}.` };
     }
     const signer = new SignJWT(claims);
-    if (options.alg === 'HS256') return { jti, madeAt, set: await signer.setProtectedHeader({ alg: 'HS256', typ, kid: this.idp.current.kid }).sign(options.secret!) };
+    if (options.alg === 'HS256')
+      return { jti, madeAt, set: await signer.setProtectedHeader({ alg: 'HS256', typ, kid: this.idp.current.kid }).sign(options.secret!) };
     const key = options.key ?? this.idp.current;
-    return { jti, madeAt, set: await signer.setProtectedHeader({ alg: 'ES256', typ, kid: options.kid ?? this.idp.current.kid }).sign(key.privateKey as CryptoKey) };
+    return {
+      jti,
+      madeAt,
+      set: await signer.setProtectedHeader({ alg: 'ES256', typ, kid: options.kid ?? this.idp.current.kid }).sign(key.privateKey as CryptoKey),
+    };
   }
 
   /** Pushes a SET (RFC 8935) and reads the answer. */
-  async push(url: string, set: string, authorization: string | null, contentType = 'application/secevent+jwt', extra: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  async push(
+    url: string,
+    set: string,
+    authorization: string | null,
+    contentType = 'application/secevent+jwt',
+    extra: Record<string, string> = {},
+  ): Promise<{ status: number; body: string }> {
     // An empty contentType sends none.
     const headers: Record<string, string> = { ...(contentType === '' ? {} : { 'content-type': contentType }), accept: 'application/json', ...extra };
     if (authorization !== null) headers.authorization = authorization;
@@ -176,7 +190,8 @@ export class TestTransmitter {
   /** Changes a stream's status and says so in a stream-updated event over the stream, as SSF 1.0 section 8.1.5 does. */
   async updateStatus(stream: TestStream, status: TestStream['status'], announce = true): Promise<void> {
     stream.status = status;
-    if (announce) await this.deliver(stream, await this.set(EVENT.streamUpdated, { status, reason: 'changed by the test' }, { format: 'opaque', id: stream.streamId }));
+    if (announce)
+      await this.deliver(stream, await this.set(EVENT.streamUpdated, { status, reason: 'changed by the test' }, { format: 'opaque', id: stream.streamId }));
   }
 
   private async manage(request: IncomingMessage, response: ServerResponse, handle: () => Promise<void>): Promise<void> {
@@ -252,7 +267,8 @@ export class TestTransmitter {
       stream_id: stream.streamId,
       iss: this.idp.issuer,
       aud: this.audience,
-      delivery: stream.delivery.method === 'urn:ietf:rfc:8936' ? { method: stream.delivery.method, endpoint_url: stream.delivery.endpoint_url } : stream.delivery,
+      delivery:
+        stream.delivery.method === 'urn:ietf:rfc:8936' ? { method: stream.delivery.method, endpoint_url: stream.delivery.endpoint_url } : stream.delivery,
       events_supported: Object.values(EVENT),
       events_requested: stream.eventsRequested,
       events_delivered: stream.eventsRequested,

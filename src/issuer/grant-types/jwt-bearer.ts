@@ -73,7 +73,13 @@ export const jwtBearer: GrantType = {
  * the subject's tokens before the save could not take this one, but it recorded itself first,
  * so the check after the save sees it and takes the token back.
  */
-async function checkAfterSave(context: TokengateContext, signals: SharedSignals, assertion: IdentityAssertion, email: string, issued: TokenResponse): Promise<void> {
+async function checkAfterSave(
+  context: TokengateContext,
+  signals: SharedSignals,
+  assertion: IdentityAssertion,
+  email: string,
+  issued: TokenResponse,
+): Promise<void> {
   try {
     await signals.checkAssertion(assertion.issuer, assertion.subject, email, assertion.issuedAt);
   } catch (refusal) {
