@@ -7,7 +7,7 @@ import { createTokenMinter, decodeTagKey, generateTagKey } from '../src/token/to
 import { clusterMiss } from './lib/cluster.js';
 import { cacheHitDpop } from './lib/dpop.js';
 import { seedUserTokens } from './lib/fixtures.js';
-import { attempt, elapsedSeconds, progress, rowsInTurns, type Bench, type Results, type Scenario } from './lib/measure.js';
+import { attempt, elapsedSeconds, probeDrift, progress, rowsInTurns, type Bench, type Results, type Scenario } from './lib/measure.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
 import { startRedis } from './lib/redis.js';
 import { describeMachine, renderReport } from './lib/report.js';
@@ -113,6 +113,7 @@ async function main(): Promise<number> {
   progress(`${machine.cpuModel}, ${machine.cpus} CPUs, Node ${machine.node}, load average ${machine.loadAverageAtStart}; ${machine.pinning}; logs in ${dir}`);
   const results: Results = {
     rows: [],
+    drift: [],
     memory: { idleBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
@@ -157,8 +158,12 @@ async function main(): Promise<number> {
       for (const scenario of SCENARIOS) {
         const only = settings.only;
         const wanted = (rowId: string) => only === null || only.has(scenario.id) || only.has(rowId);
-        if (scenario.rowIds.some(wanted)) await attempt(bench, scenario.id, () => scenario.run(bench, wanted));
+        if (!scenario.rowIds.some(wanted)) continue;
+        // The reference row again before every scenario: how far the machine itself moved over the run.
+        await probeDrift(bench, floor, scenario.id);
+        await attempt(bench, scenario.id, () => scenario.run(bench, wanted));
       }
+      await probeDrift(bench, floor, 'end');
       await Promise.all(closers.map((close) => close()));
     } finally {
       await store.close();

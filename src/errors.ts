@@ -101,6 +101,8 @@ export const ERRORS = {
     description: 'The DPoP proof must carry the server nonce given in the DPoP-Nonce response header; retry with it.',
   },
   INSUFFICIENT_SCOPE: { status: 403, error: 'insufficient_scope', description: 'The access token does not grant access to this resource.' },
+  // A page of another site, or a name this route does not answer to (DNS rebinding): docs/gateway.md#origins-and-hosts.
+  FOREIGN_CALLER: { status: 403, error: 'forbidden', description: 'This route does not answer requests from this origin or for this host.' },
   // gateway and service conditions
   NOT_FOUND: { status: 404, error: 'not_found', description: 'No route matches this path.' },
   METHOD_NOT_ALLOWED: { status: 405, error: 'method_not_allowed', description: 'This route does not accept this method.' },

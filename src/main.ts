@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ADMIN_COMMANDS } from './cli/admin-commands.js';
 import { CLIENT_METADATA_COMMANDS } from './cli/client-metadata-commands.js';
-import { CommandError, configOption, DEFAULT_CONFIG, UsageError, type Command, type OptionValues } from './cli/command.js';
+import { CommandError, configOption, DEFAULT_CONFIG, operandsApart, UsageError, type Command, type OptionValues } from './cli/command.js';
 import { ConfigError, loadConfigFile } from './load-config.js';
 import { configWarnings } from './config/warnings.js';
 import { StartupError } from './store/open-store.js';
@@ -77,7 +77,8 @@ export async function main(argv: string[]): Promise<number> {
     if (command === undefined) throw new UsageError(`unknown command "${first}"; run tokengate --help for the list`);
     let parsed;
     try {
-      parsed = parseArgs({ args: commandArgs, options: { ...command.options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+      const options = { ...command.options, help: { type: 'boolean', short: 'h' } } as const;
+      parsed = parseArgs({ args: operandsApart(commandArgs, options), options, allowPositionals: true, strict: true });
     } catch (error) {
       throw new UsageError(`${(error as Error).message}\nusage: ${command.usage}`);
     }

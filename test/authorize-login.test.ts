@@ -39,7 +39,7 @@ function expectThrottled(response: PageResponse): void {
 describe('login throttle', () => {
   let issuer: RunningTokengate;
   let sidecar: RunningTokengate;
-  // Each attempt costs a scrypt run at N=2^17 (docs/issuer.md#password-hashes): several seconds each on a loaded machine.
+  // Each attempt costs a scrypt run (the test mode's N: docs/issuer.md#password-hashes), and the spawned processes more on a loaded machine.
   const SIGN_IN_TIMEOUT = 90_000;
 
   beforeAll(async () => {

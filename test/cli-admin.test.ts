@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { runCli, type CliResult } from './support/cli.js';
-import { issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+import { adminFetch, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
 import { freePort } from './support/ports.js';
 
 /**
@@ -266,6 +266,77 @@ describe('tokengate users and tokens', { timeout: CLI_STEPS_TIMEOUT }, () => {
     expect(both).toMatchObject({ code: 2, stderr: expect.stringContaining('exactly one of --user, --client and --idp with --subject') });
     expect(neither.code).toBe(2);
     expect(await running.store.users.findByEmail('bo@example.com')).toBeNull();
+  });
+});
+
+describe('tokengate with ids that begin with "-"', { timeout: CLI_STEPS_TIMEOUT }, () => {
+  // Client ids were 32 random bytes in base64url: one in 64 began with "-", and those are still in stores.
+  const clientId = '-KawaVT8vXr2m5dJ0qYh1sGQ7uFcNzOeWbLt3pA9kIy';
+  const userId = '-user-made-elsewhere';
+  const idp = 'https://login.company.example';
+
+  beforeAll(async () => {
+    await running.store.applications.put({
+      clientId,
+      name: 'Old app',
+      secretDigest: null,
+      redirectUris: ['https://old.example/cb'],
+      scopes: ['public'],
+      confidential: false,
+      createdAt: Date.now(),
+    });
+  });
+
+  it('are taken as they are by every command and option that takes an id, as values of options and as operands', async () => {
+    const byClient = await running.issue({ clientId });
+    const bySubject = await running.issue({ identity: { issuer: idp, subject: '-ada' } });
+    const [updated, revokedClient, revokedUser, revokedSubject, updatedAgain] = await Promise.all([
+      tokengate(withConfig('apps', 'update', clientId, '--name', 'Renamed')),
+      tokengate(withConfig('tokens', 'revoke', '--client', clientId)),
+      tokengate(withConfig('tokens', 'revoke', '--user', userId)),
+      tokengate(withConfig('tokens', 'revoke', '--idp', idp, '--subject', '-ada')),
+      // After "--", as everywhere.
+      tokengate(['apps', 'update', '--config', configFile, '--name', 'Renamed again', '--', clientId]),
+    ]);
+    expect(updated, updated.stderr).toMatchObject({ code: 0 });
+    expect(revokedClient).toMatchObject({ code: 0, stdout: `Revoked 1 token of application ${clientId}.\n` });
+    expect(revokedUser).toMatchObject({ code: 0, stdout: `Revoked 0 tokens of user ${userId}.\n` });
+    expect(revokedSubject).toMatchObject({ code: 0, stdout: `Revoked 1 token of subject -ada of ${idp}.\n` });
+    expect(updatedAgain, updatedAgain.stderr).toMatchObject({ code: 0 });
+    for (const token of [byClient, bySubject]) expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
+    expect((await running.store.applications.get(clientId))?.name).toMatch(/^Renamed/);
+
+    const [deletedUser, deleted] = await Promise.all([tokengate(withConfig('users', 'delete', userId)), tokengate(withConfig('apps', 'delete', clientId))]);
+    // No such user: the admin API's answer, not a usage error.
+    expect(deletedUser.code, deletedUser.stderr).toBe(1);
+    expect(deletedUser.stderr).not.toMatch(/Unknown option|ambiguous/);
+    expect(deleted, deleted.stderr).toMatchObject({ code: 0 });
+    expect(await running.store.applications.get(clientId)).toBeNull();
+  });
+
+  it('still refuse a mistyped option rather than take it for an id, and -h still asks for help', async () => {
+    const [mistyped, help] = await Promise.all([tokengate(withConfig('apps', 'list', '--jsn')), tokengate(['apps', 'delete', '-h'])]);
+    expect(mistyped).toMatchObject({ code: 2, stderr: expect.stringContaining("Unknown option '--jsn'") });
+    expect(help).toMatchObject({ code: 0, stdout: expect.stringContaining('tokengate apps delete CLIENT_ID') });
+  });
+
+  it('are never issued again: no new client id begins with "-"', async () => {
+    // One in 64 did: among 300, at least one on the old code with a probability of 99 %.
+    const created: string[] = [];
+    // Twenty at a time: the ops listener bounds the connections of one address.
+    for (let batch = 0; batch < 15; batch += 1)
+      created.push(
+        ...(await Promise.all(
+          Array.from({ length: 20 }, (_, index) =>
+            adminFetch(running, '/applications', {
+              method: 'POST',
+              body: JSON.stringify({ name: `n${batch}-${index}`, redirect_uris: ['https://n.example/cb'] }),
+            }).then(async (answer) => ((await answer.json()) as { client_id: string }).client_id),
+          ),
+        )),
+      );
+    expect(created.filter((id) => /^[A-Za-z0-9_-]{43}$/.test(id))).toHaveLength(300);
+    expect(created.filter((id) => id.startsWith('-'))).toEqual([]);
   });
 });
 

@@ -2,7 +2,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createTokenMinter, decodeTagKey, generateTagKey, tokenDigest } from '../src/token/token-value.js';
-import { runCli, serveInTerminal, spawnServe, startServe, tempConfigs, testStateHome, type ServeProcess } from './support/cli.js';
+import { runCli, serveInTerminal, spawnServe, startServe, tempConfigs, testStateHome, type ServeProcess, warningLines } from './support/cli.js';
 import { USER_TOKEN, startUpstream } from './support/gateway.js';
 import { freePort } from './support/ports.js';
 import { REDIS_URL, createTestRedisStore, deletePrefix, uniquePrefix } from './support/redis.js';
@@ -83,16 +83,13 @@ describe('tokengate serve', () => {
         .find((line) => line.includes('"tokengate listening"'))!,
     ) as { issuerUrl: string };
     expect(listening.issuerUrl).toBe(`http://localhost:${port}`);
-    expect(serve.output()).not.toContain('"level":40');
+    expect(warningLines(serve.output())).toEqual([]);
   });
 
   it('warns when the issuer URL names this machine on another port than the listener', async () => {
     const port = await freePort();
     serve = await startServe(configs.write(`server:\n  host: 127.0.0.1\n  port: ${port}\nadmin:\n  port: 0\nissuer:\n  issuerUrl: http://localhost:1\n`));
-    const warning = serve
-      .output()
-      .split('\n')
-      .find((line) => line.includes('"level":40'));
+    const [warning] = warningLines(serve.output());
     expect(warning).toContain(`issuer.issuerUrl (http://localhost:1) names port 1 on this machine, but the public listener is on port ${port} (server.port)`);
   });
 

@@ -1,10 +1,12 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, parseConfig } from '../src/load-config.js';
 import { configWarnings } from '../src/config/warnings.js';
 import { configHash } from '../src/config/reload.js';
+import { ConfigSchema } from '../src/config/schema.js';
+import { parse as parseYaml } from 'yaml';
 
 function problemsOf(text: string, env: Record<string, string> = {}): Array<{ path: string; message: string; line?: number }> {
   try {
@@ -59,6 +61,11 @@ describe('config loading', () => {
       const config = loadConfigFile(file, {});
       expect(config.routes.length).toBeGreaterThan(0);
     }
+  });
+
+  it('writes out every section of the schema in the embedded default, as docs/configuration.md says', () => {
+    const written = Object.keys(parseYaml(readFileSync('config/tokengate.yaml', 'utf8')) as Record<string, unknown>);
+    expect(written.sort()).toEqual(Object.keys(ConfigSchema.properties).sort());
   });
 
   it('fills every default and freezes the result', () => {

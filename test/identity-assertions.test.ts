@@ -7,6 +7,7 @@ import { parseConfig } from '../src/load-config.js';
 import { startUpstream, type Upstream } from './support/gateway.js';
 import { generateProviderKey, TestIdentityProvider } from './support/identity-provider.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
+import { readDocument, sectionOf, tableUnder } from './support/markdown.js';
 import { freePort } from './support/ports.js';
 import { eventually } from './support/wait.js';
 
@@ -279,5 +280,49 @@ describe('access ends when the company says so', () => {
       parseConfig(JSON.stringify({ ...first.tokengate.context.config, identityProviders: config.identityProviders }), 'reloaded', {}),
     );
     expect((await exchange(first, await idp.assertion(claims()))).status).toBe(200);
+  });
+});
+
+describe('a resource other than the asserted one', () => {
+  it('is 400 invalid_target, as docs/issuer.md lists it at the token endpoint', async () => {
+    const answer = await exchange(first, await idp.assertion(claims()), { resource: `${issuerUrl}/other` });
+    const refused = await refusal(answer);
+    expect(refused).toMatchObject({ status: 400, error: 'invalid_target' });
+    const issuerDocs = readDocument('docs/issuer.md');
+    const [row] = tableUnder(issuerDocs, '## `POST /oauth/token`').filter((line) => line.startsWith('| `invalid_target`'));
+    expect(row).toContain(`("${refused.description}")`);
+    expect(sectionOf(issuerDocs, '## Identity assertions (ID-JAG)')).toMatch(
+      /`resource` parameter naming another resource\s+than the asserted one is \*\*400\*\* `invalid_target`/,
+    );
+  });
+});
+
+describe('a key the provider rotates in', () => {
+  it('works at once, even within the cooldown of a routine fetch; made-up kids still cost at most one fetch per cooldown', async () => {
+    const rotating = await TestIdentityProvider.start();
+    const sidecar = await startTokengate('id-jag-rotation', {
+      sharing: first,
+      config: { ...config, identityProviders: [rotating.config({ keyRefreshCooldownSeconds: 30, maxAssertionLifetimeSeconds: 300 })] },
+    });
+    try {
+      // The first fetch, a routine one: the set holds k1.
+      expect((await exchange(sidecar, await rotating.assertion(claims()))).status).toBe(200);
+      expect(rotating.keySetFetches).toBe(1);
+      // The provider publishes k2 beside k1 and signs with it, seconds later: fetched at once, taken.
+      const k2 = await generateProviderKey();
+      rotating.publishKeys([rotating.current, k2]);
+      const rotated = await exchange(sidecar, await rotating.assertion(claims(), { key: k2 }));
+      expect(rotated.status, await rotated.clone().text()).toBe(200);
+      expect(rotating.keySetFetches).toBe(2);
+      // A flood of made-up kids within the cooldown of that fetch: refused, and no fetch more.
+      for (let index = 0; index < 20; index += 1) {
+        const forged = await refusal(await exchange(sidecar, await rotating.assertion(claims(), { key: await generateProviderKey() })));
+        expect(forged).toMatchObject({ status: 400, error: 'invalid_grant', description: expect.stringContaining("'s kid ") });
+      }
+      expect(rotating.keySetFetches).toBe(2);
+    } finally {
+      await sidecar.close();
+      await rotating.close();
+    }
   });
 });

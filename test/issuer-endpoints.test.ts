@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { codeBlocks, readDocument, sectionOf, tableUnder } from './support/markdown.js';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import {
@@ -312,5 +313,29 @@ describe('GET /.well-known/oauth-authorization-server (RFC 8414)', () => {
       scopes_supported: ['public', 'write'],
       dpop_signing_alg_values_supported: ['ES256', 'EdDSA', 'Ed25519', 'RS256', 'PS256'],
     });
+  });
+});
+
+describe('docs/issuer.md against the issuer', () => {
+  const issuerDocs = readDocument('docs/issuer.md');
+
+  it("shows the metadata's grant types as served, token exchange included", async () => {
+    const served = (await (await fetch(`${running.baseUrl}/.well-known/oauth-authorization-server`)).json()) as Record<string, unknown>;
+    const shown = JSON.parse(codeBlocks(sectionOf(issuerDocs, '## `GET /.well-known/oauth-authorization-server` (RFC 8414)'), 'json')[0]!) as Record<
+      string,
+      unknown
+    >;
+    expect(shown.grant_types_supported).toEqual(served.grant_types_supported);
+    for (const member of Object.keys(shown)) expect(served, member).toHaveProperty(member);
+  });
+
+  it('lists the unsupported_grant_type answers as given: an unknown grant, and the JWT bearer grant with no provider trusted', async () => {
+    const [row] = tableUnder(issuerDocs, '## `POST /oauth/token`').filter((line) => line.startsWith('| `unsupported_grant_type`'));
+    for (const grantType of ['password', 'urn:ietf:params:oauth:grant-type:jwt-bearer']) {
+      const answer = await postForm(`${running.baseUrl}/oauth/token`, { grant_type: grantType, assertion: 'x', ...clientCredentials(app) });
+      const body = (await answer.json()) as { error: string; error_description: string };
+      expect({ grantType, status: answer.status, error: body.error }).toEqual({ grantType, status: 400, error: 'unsupported_grant_type' });
+      expect(row, grantType).toContain(`("${body.error_description}")`);
+    }
   });
 });

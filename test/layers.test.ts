@@ -13,13 +13,22 @@ function documentedRooms(): Array<{ floor: number; room: string }> {
   });
 }
 
-/** The repository's own lint config, as `npm run lint` runs it (one instance: it builds the TypeScript program once). */
-const eslint = new ESLint({ cwd: ROOT });
+/**
+ * The repository's own lint config, as `npm run lint` runs it, with its floor rule alone: that
+ * rule reads import paths, not types, so the TypeScript program the type-aware rules need (most
+ * of this file's time) is not built.
+ */
+const FLOOR_RULE = '@typescript-eslint/no-restricted-imports';
+const eslint = new ESLint({
+  cwd: ROOT,
+  ruleFilter: ({ ruleId }) => ruleId === FLOOR_RULE,
+  overrideConfig: { languageOptions: { parserOptions: { projectService: false } } },
+});
 
 /** What the real lint config says of `text` put in place of `file`: the floor rule's messages. */
 async function climbs(file: string, text: string): Promise<string[]> {
   const [result] = await eslint.lintText(text, { filePath: join(ROOT, file) });
-  return result!.messages.filter((message) => message.ruleId === '@typescript-eslint/no-restricted-imports').map((message) => message.message);
+  return result!.messages.filter((message) => message.ruleId === FLOOR_RULE).map((message) => message.message);
 }
 
 const source = (file: string) => readFileSync(join(ROOT, file), 'utf8');

@@ -1,9 +1,25 @@
 import { spawn } from 'node:child_process';
 import { resolve } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashPassword, needsRehash, verifyPassword } from '../src/issuer/passwords.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+
+// This file proves the production cost: it runs outside the suite's test mode, which must be left
+// before the password module reads the environment (vi.hoisted runs above the imports).
+vi.hoisted(() => {
+  delete process.env.TOKENGATE_TEST_MODE;
+});
+
+import {
+  hashPassword,
+  needsRehash,
+  passwordHashingProblem,
+  scryptParametersFor,
+  SCRYPT_PARAMETERS,
+  TEST_MODE_VARIABLE,
+  TEST_SCRYPT_N_VARIABLE,
+  verifyPassword,
+} from '../src/issuer/passwords.js';
 import { MemoryStore } from '../src/store/memory.js';
-import { IMAGE_NODE_OPTIONS } from './support/cli.js';
+import { IMAGE_NODE_OPTIONS, runCli } from './support/cli.js';
 import { registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { authorizePath, FormClient, formFields, signInAndApprove } from './support/issuer.js';
 
@@ -18,6 +34,28 @@ const CURRENT = /^scrypt\$131072\$8\$1\$[A-Za-z0-9_-]{22}\$[A-Za-z0-9_-]{86}$/;
 const ROOT = resolve(import.meta.dirname, '..');
 
 describe('password hashes', () => {
+  it('are made at N=2^17 by a process outside the test mode, whatever TOKENGATE_TEST_SCRYPT_N says', () => {
+    expect(SCRYPT_PARAMETERS).toEqual({ N: 2 ** 17, r: 8, p: 1 });
+    const production = { N: 2 ** 17, r: 8, p: 1 };
+    expect(scryptParametersFor({})).toEqual(production);
+    expect(scryptParametersFor({ [TEST_SCRYPT_N_VARIABLE]: '1024' })).toEqual(production);
+    expect(scryptParametersFor({ [TEST_MODE_VARIABLE]: 'true', [TEST_SCRYPT_N_VARIABLE]: '1024' })).toEqual(production);
+    expect(scryptParametersFor({ [TEST_MODE_VARIABLE]: '1', [TEST_SCRYPT_N_VARIABLE]: '1024' })).toEqual({ ...production, N: 1024 });
+    // Never above production's cost through this door, never a value scrypt would refuse.
+    for (const value of ['131072', '262144', '1000', '1', '0', '-2', 'fast'])
+      expect(scryptParametersFor({ [TEST_MODE_VARIABLE]: '1', [TEST_SCRYPT_N_VARIABLE]: value })).toEqual(production);
+    expect(passwordHashingProblem({ [TEST_MODE_VARIABLE]: '1', [TEST_SCRYPT_N_VARIABLE]: '1000' })).toMatch(/power of two/);
+  });
+
+  it('refuses to start with the test setting outside the test mode, naming the variable', async () => {
+    const file = resolve(ROOT, 'config/tokengate.yaml');
+    const refused = await runCli(['check', '--config', file], { env: { [TEST_SCRYPT_N_VARIABLE]: '1024' } });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stdout + refused.stderr).toContain(`${TEST_SCRYPT_N_VARIABLE} lowers the password hash's cost and is honoured only in the test mode`);
+    const accepted = await runCli(['check', '--config', file], { env: { [TEST_MODE_VARIABLE]: '1', [TEST_SCRYPT_N_VARIABLE]: '1024' } });
+    expect(accepted.code, accepted.stderr).toBe(0);
+  }, 60_000);
+
   it('are made at N=2^17, r=8, p=1, and each is checked with the parameters it carries', async () => {
     const current = await hashPassword(PASSWORD);
     expect(current).toMatch(CURRENT);

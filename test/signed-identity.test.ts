@@ -291,6 +291,24 @@ describe('the tokengate command', () => {
   }, 30_000);
 });
 
+describe('a second rotation while the first new key still waits to sign', () => {
+  it('makes a key that signs M + R + 5 s after its own creation, after the waiting one', async () => {
+    const instance = await startTokengate('identity-second-rotation', { config: { signedIdentity: { enabled: true } } });
+    try {
+      const { ring } = instance.tokengate.context.identity!;
+      const delayMs = (300 + 10 + 5) * 1000; // jwksMaxAgeSeconds + keyRefreshSeconds + 5, the defaults
+      const first = await ring.rotate();
+      const second = await ring.rotate();
+      expect(first.activatesAt - first.createdAt).toBe(delayMs);
+      // Not from the first one's activation (which made it wait twice as long).
+      expect(second.activatesAt - second.createdAt).toBe(delayMs);
+      expect(second.activatesAt).toBeGreaterThanOrEqual(first.activatesAt);
+    } finally {
+      await instance.close();
+    }
+  });
+});
+
 describe('the key set in the store', () => {
   it('is replaced only by a compare-and-set, in memory and in Redis alike', async () => {
     const prefix = uniquePrefix('identity-keys');
@@ -342,6 +360,48 @@ describe('the key set in the store', () => {
       expect(stored).not.toMatch(/"d":/);
     } finally {
       await instance.close();
+    }
+  });
+});
+
+describe('a decision an ingress may keep, beside its signed identity', () => {
+  let instance: RunningTokengate;
+  beforeAll(async () => {
+    const route = (path: string, decisionCacheSeconds: number) => ({
+      path,
+      methods: ['GET'],
+      token: 'application',
+      scopes: ['public'],
+      upstream: 'http://127.0.0.1:1',
+      signedIdentity: 'beside',
+      signedIdentityAudience: AUDIENCE,
+      decisionCacheSeconds,
+    });
+    instance = await startTokengate('identity-kept-decisions', {
+      config: {
+        routes: [route('/api/public/events', 300), route('/api/public/venues', 13)],
+        signedIdentity: { ...signedIdentity, lifetimeSeconds: 10 },
+        decisions: { enabled: true },
+      },
+    });
+  });
+  afterAll(async () => {
+    await instance?.close();
+  });
+
+  it('is kept no longer than the assertion it carries lives, with a second to spare for the hop to the service', async () => {
+    const token = await instance.issue(APPLICATION_TOKEN);
+    for (const path of ['/api/public/events', '/api/public/venues']) {
+      const received = Date.now();
+      const decided = await fetch(`${instance.decisionsUrl}/auth-request`, {
+        headers: { authorization: `Bearer ${token}`, 'x-original-method': 'GET', 'x-original-uri': path },
+      });
+      expect(decided.status, path).toBe(200);
+      const { exp } = decodeJwt(decided.headers.get(SIGNED_IDENTITY_HEADER)!);
+      const keptSeconds = Number(decided.headers.get('x-tokengate-cache-seconds'));
+      // Today's assertion lives 10 s: an ingress keeping the decision 300 (or 13) s would send it expired.
+      expect(keptSeconds, path).toBeGreaterThan(0);
+      expect(received + keptSeconds * 1000, path).toBeLessThanOrEqual(exp! * 1000 - 1000);
     }
   });
 });

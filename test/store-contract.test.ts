@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { redisKeySetStore } from '../src/identity/key-set-store.js';
 import { createMetrics } from '../src/observability/metrics.js';
+import type { RedisDoor } from '../src/store/backend.js';
 import { cached } from '../src/store/cached.js';
 import { MemoryStore } from '../src/store/memory.js';
 import { deleteApplicationAndTokens, deleteUserAndTokens } from '../src/store/deletions.js';
@@ -676,6 +678,8 @@ describe('redis store: what Redis holds', () => {
     await store.sessions.save('s-layout', { userId: null, createdAt: now }, 60_000);
     await store.counters.increment('login:layout', 60_000);
     await store.secrets.getOrCreate('layout', 'x');
+    // The signed identity's keys, through the same door.
+    await redisKeySetStore(store.backend as RedisDoor).replace(null, '[]');
     await deleteUserAndTokens(store, 'u-layout');
     const signals = signalsStoreFor(store.backend);
     await signals.claimEvent('https://idp.example', 'jti', 60_000);
@@ -691,6 +695,7 @@ describe('redis store: what Redis holds', () => {
         'at',
         'code',
         'counter',
+        'identity-keys',
         'idx:client',
         'idx:family',
         'idx:user',

@@ -59,8 +59,19 @@ export interface RoundFigures {
   p99Ms: number;
 }
 
+/** One window of the reference row (the floor), measured again and again through the run: the machine's own drift. */
+export interface DriftProbe {
+  /** The scenario it ran before (or `end`). */
+  before: string;
+  atSeconds: number;
+  tierCpuMsPer1k: number;
+  requestsPerSecond: number;
+}
+
 export interface Results {
   rows: RowResult[];
+  /** The reference row's windows through the run (./verdict.ts judges each target against their spread). */
+  drift: DriftProbe[];
   memory: {
     idleBytes: number | null;
     cached: { tokens: number; bytes: number } | null;
@@ -297,6 +308,25 @@ function pool(scenario: string, row: Row, windows: Window[]): RowResult {
       p99Ms: summarizeLoad([window]).p99Ms,
     })),
   };
+}
+
+/**
+ * One window of `reference` (the floor) before scenario `before`: what the machine gives the same
+ * work as the run goes on. The first probe warms its server up first, as every row's first window.
+ */
+export async function probeDrift(bench: Bench, reference: Row, before: string): Promise<void> {
+  await attempt(bench, `drift probe before ${before}`, async () => {
+    const tier = await reference.tier(bench);
+    if (typeof tier === 'string') return;
+    const contender = { row: reference, tier, traffic: { request: bench.me }, windows: [] };
+    const window = await measureWindow(bench, contender, bench.settings.windowSeconds, !warmed.has(tier));
+    bench.results.drift.push({
+      before,
+      atSeconds: elapsedSeconds(),
+      tierCpuMsPer1k: (window.cpuMs * 1000) / window.load.requests,
+      requestsPerSecond: window.load.requests / window.load.seconds,
+    });
+  });
 }
 
 /** Runs a part of the benchmark; a failure is recorded and the run goes on. */

@@ -4,7 +4,7 @@ import { cpus, loadavg } from 'node:os';
 import type { Results, RowResult } from './measure.js';
 import { nginxVersion } from './nginx.js';
 import type { Settings } from './settings.js';
-import { atLeast, atMost, NOT_MEASURED, ofRow, perRound, single, type Judged } from './verdict.js';
+import { atLeast, atMost, machineDrift, NOT_MEASURED, ofRow, perRound, single, spread, withDrift, type Judged } from './verdict.js';
 import { wrkVersion } from './wrk.js';
 
 /**
@@ -138,8 +138,19 @@ function memoryLines(results: Results): string[] {
  */
 export function judgeTargets(results: Results): Array<[string, Judged]> {
   const row = (id: string) => results.rows.find((each) => each.id === id);
-  const reqRatio = (id: string, base: string) => perRound(row(id), row(base), (round) => round.requestsPerSecond);
-  const cpuRatio = (id: string, base: string) => perRound(row(id), row(base), (round) => round.tierCpuMsPer1k);
+  // Each ratio is judged with the machine's drift over the run as its margin (docs/benchmarks.md#verdicts).
+  const reqDrift = machineDrift(results.drift, (probe) => probe.requestsPerSecond);
+  const cpuDrift = machineDrift(results.drift, (probe) => probe.tierCpuMsPer1k);
+  const reqRatio = (id: string, base: string) =>
+    withDrift(
+      perRound(row(id), row(base), (round) => round.requestsPerSecond),
+      reqDrift,
+    );
+  const cpuRatio = (id: string, base: string) =>
+    withDrift(
+      perRound(row(id), row(base), (round) => round.tierCpuMsPer1k),
+      cpuDrift,
+    );
 
   const { idleBytes, cached, soak, flood, heapAndBuffers, fill } = results.memory;
   const perCachedToken =
@@ -229,6 +240,52 @@ export function judgeTargets(results: Results): Array<[string, Judged]> {
   ];
 }
 
+/**
+ * Rows of different scenarios that measure one configuration: a cached token on a route with no
+ * limit, no tracing, no signed identity. Their figures should agree within their spreads and the
+ * machine's drift; where they do not, the report says so.
+ */
+const SAME_CONFIGURATION: ReadonlyArray<readonly [string, string]> = [
+  ['cache-hit', 'tracing-off'],
+  ['cache-hit', 'rate-limit-off'],
+];
+
+const percent = (share: number) => `${(share * 100).toFixed(1)} %`;
+
+/** The machine's drift over the run, and whether rows measuring one configuration in different scenarios agree. */
+function consistencyLines(results: Results): string[] {
+  const probes = results.drift;
+  const cpuDrift = machineDrift(probes, (probe) => probe.tierCpuMsPer1k);
+  const reqDrift = machineDrift(probes, (probe) => probe.requestsPerSecond);
+  const lines: string[] = [];
+  if (cpuDrift !== null && reqDrift !== null) {
+    const cpu = probes.map((probe) => probe.tierCpuMsPer1k);
+    const req = probes.map((probe) => probe.requestsPerSecond);
+    lines.push(
+      `the machine's drift: the floor, measured again before each scenario (${probes.length} windows), read ${fixed(Math.min(...cpu), 1)}-${fixed(Math.max(...cpu), 1)} CPU ms / 1k req (±${percent(cpuDrift)}) and ` +
+        `${fixed(Math.min(...req), 0)}-${fixed(Math.max(...req), 0)} req/s (±${percent(reqDrift)}); a ratio within that of its target is judged unsure`,
+    );
+  } else lines.push("the machine's drift: not measured (fewer than two windows of the floor); verdicts use the rounds' spread alone");
+  const row = (id: string) => results.rows.find((each) => each.id === id);
+  for (const [firstId, secondId] of SAME_CONFIGURATION) {
+    const [first, second] = [row(firstId), row(secondId)];
+    if (first === undefined || second === undefined) continue;
+    const [a, b] = [
+      spread({ rounds: first.rounds.map((round) => round.tierCpuMsPer1k) }),
+      spread({ rounds: second.rounds.map((round) => round.tierCpuMsPer1k) }),
+    ];
+    const apart = Math.abs(a.median - b.median) / ((a.median + b.median) / 2);
+    const allowed = (a.high - a.low) / a.median / 2 + (b.high - b.low) / b.median / 2 + 2 * (cpuDrift ?? 0);
+    const figures = `${firstId} ${fixed(a.median, 1)}, ${secondId} ${fixed(b.median, 1)} CPU ms / 1k req (${percent(apart)} apart; their spreads and the drift allow ${percent(allowed)})`;
+    lines.push(
+      apart <= allowed
+        ? `one configuration in two scenarios agrees: ${figures}`
+        : `one configuration in two scenarios DISAGREES: ${figures}. They ran minutes apart in tokengates of their own: the machine moved between them more than the floor's windows caught, or the two tokengates differ in what they load. Targets compare rows of one scenario only, so their verdicts stand; absolute figures of this run do not.`,
+    );
+  }
+  return lines.map((line) => `- ${line}`);
+}
+
 /** A figure measured once (memory, a count over the whole row): no rounds to spread over. */
 const atMostOnce = (value: number | null, maximum: number, unit: string): Judged =>
   value === null ? NOT_MEASURED : single(`${value.toFixed(2)}${unit}`, value <= maximum);
@@ -246,7 +303,7 @@ export function renderReport(results: Results, machine: Machine, settings: Setti
     `${settings.short ? 'SHORT RUN (BENCH_SHORT=1): fewer, shorter windows and fewer tokens; ' : ''}${machine.pinning}; ` +
     `${settings.connections} connections, load generator ${settings.loadGenerator === 'wrk' ? `wrk ${wrkVersion()} (one thread)` : 'autocannon'}; tokengate's node flags: ${settings.nodeFlags.length === 0 ? 'none' : settings.nodeFlags.join(' ')}; ` +
     `load average ${machine.loadAverageAtStart} at start, ${loadAverage()} at end; run took ${seconds.toFixed(0)} s`;
-  const sections = [heading, rowsTable(results.rows), memoryLines(results).join('\n'), targetsTable(results)];
+  const sections = [heading, rowsTable(results.rows), memoryLines(results).join('\n'), consistencyLines(results).join('\n'), targetsTable(results)];
   if (results.notes.length > 0) sections.push(`Notes:\n${results.notes.map((note) => `- ${note}`).join('\n')}`);
   if (results.failures.length > 0) sections.push(`FAILED:\n${results.failures.map((failure) => `- ${failure}`).join('\n')}`);
   return `${sections.filter((section) => section !== '').join('\n\n')}\n`;

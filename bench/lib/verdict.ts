@@ -1,4 +1,4 @@
-import type { RowResult, RoundFigures } from './measure.js';
+import type { DriftProbe, RowResult, RoundFigures } from './measure.js';
 
 /**
  * How a target is judged on a run that drifts. The rows a target compares are measured in turns
@@ -12,6 +12,8 @@ import type { RowResult, RoundFigures } from './measure.js';
 export interface Figure {
   rounds: readonly number[];
   refused?: string;
+  /** The machine's drift over the run, as a share (`machineDrift`), where it bears on this figure. */
+  drift?: number;
 }
 
 export type Verdict = 'met' | 'NOT MET' | 'unsure' | '-';
@@ -47,18 +49,43 @@ function describe(figure: Figure, digits: number, unit: string): string {
   return `${show(median)}${unit} (IQR ${show(low)}-${show(high)}, range ${show(min)}-${show(max)}, ${figure.rounds.length} rounds)`;
 }
 
-function judge(figure: Figure | null, target: number, good: (value: number) => boolean, digits: number, unit: string): Judged {
+/**
+ * How far the machine itself moved over the run, as a share of its reference row's median (the
+ * floor, measured again before every scenario: `probeDrift`): half the range of the probes' CPU
+ * per request, or of their req/s. Null with fewer than two probes.
+ */
+export function machineDrift(probes: readonly DriftProbe[], pick: (probe: DriftProbe) => number): number | null {
+  if (probes.length < 2) return null;
+  const values = probes.map(pick);
+  const { median, min, max } = spread({ rounds: values });
+  return median === 0 ? null : (max - min) / median / 2;
+}
+
+/**
+ * The verdict of a figure against its target, on its interquartile range widened by the
+ * machine's drift: met when all of it is on the right side of the target by more than the drift,
+ * NOT MET when all of it is on the wrong side by more, unsure otherwise (a quieter machine could
+ * read either way).
+ */
+function judge(figure: Figure | null, target: number, below: boolean, digits: number, unit: string): Judged {
   if (figure?.refused !== undefined) return { measured: figure.refused, verdict: '-' };
   if (figure === null || figure.rounds.length === 0) return NOT_MEASURED;
   const { low, high } = spread(figure);
-  const verdict: Verdict = good(low) && good(high) ? 'met' : !good(low) && !good(high) ? 'NOT MET' : 'unsure';
+  const margin = Math.abs(target) * (figure.drift ?? 0);
+  // The band's edge farthest on the wrong side, and the one nearest the right side.
+  const [wrongEdge, rightEdge] = below ? [high + margin, low - margin] : [low - margin, high + margin];
+  const good = (value: number) => (below ? value <= target : value >= target);
+  const verdict: Verdict = good(wrongEdge) ? 'met' : !good(rightEdge) ? 'NOT MET' : 'unsure';
   return { measured: describe(figure, digits, unit), verdict };
 }
 
-export const atMost = (figure: Figure | null, maximum: number, unit = 'x', digits = 2): Judged =>
-  judge(figure, maximum, (value) => value <= maximum, digits, unit);
-export const atLeast = (figure: Figure | null, minimum: number, unit = 'x', digits = 2): Judged =>
-  judge(figure, minimum, (value) => value >= minimum, digits, unit);
+export const atMost = (figure: Figure | null, maximum: number, unit = 'x', digits = 2): Judged => judge(figure, maximum, true, digits, unit);
+export const atLeast = (figure: Figure | null, minimum: number, unit = 'x', digits = 2): Judged => judge(figure, minimum, false, digits, unit);
+
+/** `figure` judged with the machine's drift as its margin (none added to a refusal or a missing figure). */
+export function withDrift(figure: Figure | null, drift: number | null): Figure | null {
+  return figure === null || figure.refused !== undefined || drift === null ? figure : { ...figure, drift };
+}
 
 /** A single measurement (a memory reading, a count): met or NOT MET, no rounds to spread over. */
 export const single = (measured: string, met: boolean | null): Judged => ({ measured, verdict: met === null ? '-' : met ? 'met' : 'NOT MET' });

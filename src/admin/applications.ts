@@ -46,12 +46,25 @@ function view(application: ApplicationRecord): ApplicationView {
 /** 32 random bytes, base64url: the shape of the ticketing service's (Doorkeeper's) uids and secrets. */
 const randomCredential = () => randomBytes(32).toString('base64url');
 
+/**
+ * A new client id: a random credential that does not begin with `-`. Operators paste client ids
+ * into command lines, where a word beginning with `-` is read as an option by most tools (one id
+ * in 64 did); drawing again when it does costs 0.02 of its 256 bits. Ids made before still work
+ * everywhere (the CLI takes them as they are).
+ */
+function newClientId(): string {
+  for (;;) {
+    const clientId = randomCredential();
+    if (!clientId.startsWith('-')) return clientId;
+  }
+}
+
 export function registerApplicationRoutes(scope: FastifyInstance, context: TokengateContext): void {
   scope.post('/applications', async function createApplication(request, reply) {
     const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
     const clientSecret = input.confidential ? randomCredential() : null;
     const application: ApplicationRecord = {
-      clientId: randomCredential(),
+      clientId: newClientId(),
       name: input.name,
       secretDigest: clientSecret === null ? null : clientSecretDigest(clientSecret),
       redirectUris: input.redirectUris,

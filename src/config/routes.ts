@@ -1,3 +1,4 @@
+import { serializedOrigin } from '../http/origin.js';
 import type { DecisionsConfig, GatewayConfig, RouteConfig } from './schema.js';
 import type { ConfigProblem } from './problem.js';
 import { normalizePath } from '../http/path.js';
@@ -55,6 +56,20 @@ export function checkRoutes(routes: readonly RouteConfig[], options: { issuerEna
     if (uncachable !== null && route.decisionCacheSeconds !== undefined && route.decisionCacheSeconds > 0) {
       problems.push({ path: `${at}.decisionCacheSeconds`, message: `an ingress may not cache this route's decisions: ${uncachable}; remove the key or set 0` });
     }
+    route.allowedOrigins?.forEach((origin, originIndex) => {
+      if (origin !== '*' && serializedOrigin(origin) === null)
+        problems.push({
+          path: `${at}.allowedOrigins[${originIndex}]`,
+          message: `"${origin}" is not an origin: give scheme and host (and a port), as https://app.example, or *`,
+        });
+    });
+    route.allowedHosts?.forEach((host, hostIndex) => {
+      if (!/^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(host))
+        problems.push({
+          path: `${at}.allowedHosts[${hostIndex}]`,
+          message: `"${host}" is not a Host value: a name or address, with its port unless it is the scheme's default`,
+        });
+    });
     if (route.upstream !== undefined && route.upstreams !== undefined) {
       problems.push({ path: at, message: 'give either upstream or upstreams, not both' });
     } else if (route.upstream === undefined && route.upstreams === undefined && !options.decisionsEnabled) {

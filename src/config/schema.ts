@@ -521,7 +521,11 @@ export const RouteSchema = Type.Object(
         { additionalProperties: false, description: 'Per token kind upstreams, instead of `upstream`.' },
       ),
     ),
-    timeoutMs: Milliseconds(30_000, 'Time the upstream has to answer before the gateway answers 504.'),
+    timeoutMs: Milliseconds(30_000, 'Time the upstream has to send its response head (504 after it), and then each part of its body.'),
+    streamIdleTimeoutMs: Milliseconds(
+      300_000,
+      "For a request whose Accept names `text/event-stream` (Server-Sent Events, an MCP client's streams): how long the upstream's body may go without a chunk before the gateway ends it. The head still comes within `timeoutMs`.",
+    ),
     allowQueryToken: Type.Boolean({ default: true, description: 'Accept `access_token` in the query string of GET requests.' }),
     allowBodyToken: Type.Boolean({ default: true, description: 'Accept `access_token` in a form or JSON body of POST requests.' }),
     dpop: oneOf(
@@ -533,6 +537,18 @@ export const RouteSchema = Type.Object(
       Type.String({
         description:
           'Identifier of the resource (one of `resources`) this route belongs to: only tokens whose audience includes it pass, and every challenge names its metadata (docs/gateway.md#resources).',
+      }),
+    ),
+    allowedOrigins: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          "Browser origins (`https://app.example`) whose requests the gateway forwards on this route: a request with another `Origin` is 403 `foreign_origin`; `*`: any. Unset: the resource's own origin on a route with a `resource`, else any (docs/gateway.md#origins-and-hosts).",
+      }),
+    ),
+    allowedHosts: Type.Optional(
+      Type.Array(Type.String(), {
+        description:
+          'The `Host` values (`api.example`, `127.0.0.1:8080`) the gateway answers on this route: another is 403 `foreign_host`. Unset: any (docs/gateway.md#origins-and-hosts).',
       }),
     ),
     rateLimit: Type.Optional(

@@ -23,6 +23,8 @@ export interface ForwardTarget {
   readonly pool: Pool;
   /** How long the upstream has to send its response head, and then each part of its body. */
   readonly timeoutMs: number;
+  /** For a request that accepts an event stream: how long its body may go without a chunk (its head still comes within timeoutMs). */
+  readonly streamIdleTimeoutMs: number;
   readonly forwarded: CounterSlot;
   readonly duration: HistogramSlot;
   readonly upstreamDuration: UpstreamDurations;
@@ -77,6 +79,7 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       url,
       pool: poolFor(url),
       timeoutMs: route.timeoutMs,
+      streamIdleTimeoutMs: route.streamIdleTimeoutMs,
       forwarded: metrics.gatewayRequests.labels(label, 'forwarded', 'ok'),
       duration: metrics.gatewayDuration.labels(label),
       upstreamDuration: new UpstreamDurations(metrics.upstreamDuration, label),
@@ -128,7 +131,8 @@ export function createForwarder(rules: HeaderRules, requestIdHeader: string, met
       headers,
       body,
       headersTimeout: target.timeoutMs,
-      bodyTimeout: target.timeoutMs,
+      // An event stream (SSE, an MCP server's stream) is quiet until it has something to say.
+      bodyTimeout: acceptsEventStream(raw) ? target.streamIdleTimeoutMs : target.timeoutMs,
     };
     if (!target.pool.closed) {
       target.pool.dispatch(options, handler);
@@ -190,6 +194,11 @@ function upstreamOrigins(routes: readonly RouteConfig[]): Set<string> {
   return origins;
 }
 
+function acceptsEventStream(request: IncomingMessage): boolean {
+  const accept = request.headers.accept;
+  return accept !== undefined && accept.includes('text/event-stream');
+}
+
 function hasBody(request: IncomingMessage): boolean {
   const length = request.headers['content-length'];
   return request.headers['transfer-encoding'] !== undefined || (length !== undefined && length !== '0');
@@ -231,6 +240,8 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
   private readonly response: ServerResponse;
   /** The status the upstream answered with, once it has. */
   private status = 0;
+  /** The upstream answered with an event stream, which may end at any moment between events. */
+  private eventStream = false;
   /** When the request went upstream, on the reply's clock (each clock read costs a little on the request path). */
   private readonly sentAfterMs: number;
 
@@ -275,6 +286,14 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     // An admitted request of a metered route: the fields a client paces itself by (docs/rate-limits.md).
     this.admission?.appendFields(headers);
     this.response.writeHead(statusCode, headers);
+    // Node sends a head with the first chunk of the body. An open-ended body (no length: an event
+    // stream, a chunked stream) may not start for long, and its client waits on the head (an MCP
+    // client's standalone stream, an EventSource): it goes now. A body of known length keeps one
+    // write for head and body.
+    if (this.response.chunkedEncoding) {
+      this.response.flushHeaders();
+      this.eventStream = isEventStream(headers);
+    }
     return true;
   }
 
@@ -302,6 +321,14 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
       return;
     }
     if (response.headersSent) {
+      // An event stream that went quiet past its bound ends as an event stream may end, between
+      // events (a client's parser drops an event left incomplete); its client reconnects, with
+      // Last-Event-ID where the server gives ids.
+      if (this.eventStream && error.code === 'UND_ERR_BODY_TIMEOUT') {
+        response.end();
+        this.target.requests.completed(this.request, this.reply, sent, undefined, this.token, failureCode(error));
+        return;
+      }
       // The upstream failed mid-body: nothing true can be said any more, so the connection is cut.
       response.destroy();
       this.target.requests.completed(this.request, this.reply, sent, undefined, this.token, failureCode(error));
@@ -312,6 +339,13 @@ class ForwardHandler implements Dispatcher.DispatchHandler {
     response.end(denial.body);
     countDenial(this.request, this.reply, denial, failureCode(error));
   }
+}
+
+/** Whether the response headers (name, value, ...) say `Content-Type: text/event-stream`. */
+function isEventStream(headers: readonly string[]): boolean {
+  for (let index = 0; index < headers.length; index += 2)
+    if (headers[index]!.toLowerCase() === 'content-type') return headers[index + 1]!.toLowerCase().startsWith('text/event-stream');
+  return false;
 }
 
 /** What the access log says of an upstream failure: its code (ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT), never a stack. */

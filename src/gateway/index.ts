@@ -1,3 +1,4 @@
+import { foreignCaller } from './callers.js';
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ROUTE_METHODS } from '../config/routes.js';
@@ -142,6 +143,9 @@ function gatewayHandler(
     if (isDenial(located)) return refuse(request, reply, located);
     if (!located.route.forwarded) return refuse(request, reply, located.route.denials.not_forwarded);
     if (isUpgrade(request) && !isWebSocketUpgrade(request)) return refuse(request, reply, located.route.denials.unsupported_upgrade);
+    // A page of another site, or a name the route does not answer to (DNS rebinding): the upstream sees only its own host.
+    const foreign = foreignCaller(located.route.callers, raw.headers.origin, request.host);
+    if (foreign !== null) return refuse(request, reply, located.route.denials[foreign]);
 
     // 1-6. The checks: one credential, a valid token, its DPoP proof where one is due, the
     // route's resource, kind and scopes, a rate limit permit, the signed identity where the route asks.

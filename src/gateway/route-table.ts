@@ -1,3 +1,4 @@
+import { routeCallers, type RouteCallers } from './callers.js';
 import type { Config, RouteConfig } from '../config/schema.js';
 import { decisionCacheSeconds, normalizePrefix } from '../config/routes.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -21,6 +22,8 @@ export interface GatewayRoute<Target> {
   readonly scopes: readonly string[];
   /** The resource identifier tokens must have in their audience; null for a route of no resource (no audience check). */
   readonly resource: string | null;
+  /** The origins and hosts the gateway answers on it (DNS rebinding). */
+  readonly callers: RouteCallers;
   readonly allowQueryToken: boolean;
   readonly allowBodyToken: boolean;
   /** `dpop: required`: only DPoP-bound tokens with their proof. */
@@ -113,6 +116,7 @@ export function compileRouteTable<Target>(
     const decisionDuration = config.decisions.enabled ? metrics.decisionDuration.labels(prefix) : UNCOUNTED.duration;
     const rateLimit = route.rateLimit === undefined ? null : limiter.forRoute(prefix, route.rateLimit);
     const methods = new Set(route.methods);
+    const callers = routeCallers(route);
     const cacheSeconds = decisionCacheSeconds(route, config.decisions);
     const forwarded = targets.user !== null || targets.application !== null;
     const audience = routeAudience(route, config.signedIdentity);
@@ -128,6 +132,7 @@ export function compileRouteTable<Target>(
       token: route.token,
       scopes: route.scopes,
       resource,
+      callers,
       allowQueryToken,
       allowBodyToken,
       requireDpop: route.dpop === 'required',

@@ -29,6 +29,12 @@ export class ProviderKeySet {
   private lookup: KeyLookup | null = null;
   private freshUntil = 0;
   private lastFetchAt = Number.NEGATIVE_INFINITY;
+  /**
+   * When an unknown `kid` last made it fetch: the cooldown counts from there only. Counted from any
+   * fetch, a routine refresh would open a window in which a key the provider just rotated in is
+   * refused until the cooldown ends.
+   */
+  private lastUnknownKidFetchAt = Number.NEGATIVE_INFINITY;
   private fetching: Promise<void> | null = null;
   /** Why the last fetch failed, while no set is in hand: repeated to callers until the cooldown allows another try. */
   private failure: KeySetUnavailableError | null = null;
@@ -48,7 +54,8 @@ export class ProviderKeySet {
     try {
       return await this.lookup!(header, token);
     } catch (error) {
-      if (!(error instanceof errors.JWKSNoMatchingKey) || Date.now() - this.lastFetchAt < this.cooldownMs) throw error;
+      if (!(error instanceof errors.JWKSNoMatchingKey) || Date.now() - this.lastUnknownKidFetchAt < this.cooldownMs) throw error;
+      this.lastUnknownKidFetchAt = Date.now();
       await this.refresh(false);
       return this.lookup!(header, token);
     }

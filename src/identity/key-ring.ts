@@ -114,8 +114,9 @@ export class KeyRing {
       const stored = expected === null ? [] : parseKeySet(expected);
       const now = Date.now();
       const latest = stored.at(-1);
-      // A key already waiting to sign: the new one follows it, so each is published as long before it signs.
-      const activatesAt = Math.max(now, latest?.activatesAt ?? now) + activationDelayMs(this.timeline);
+      // Published the whole delay before it signs, counted from its own creation; never before a
+      // key still waiting to sign (made under a longer delay), so keys sign in the order made.
+      const activatesAt = Math.max(now + activationDelayMs(this.timeline), latest?.activatesAt ?? 0);
       const created = await createKey(this.timeline.algorithm, this.encryptionKey, now, activatesAt);
       const next = serializeKeySet([...this.stillPublished(stored, now), created]);
       if (await this.store.replace(expected, next)) {

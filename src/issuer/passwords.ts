@@ -20,7 +20,49 @@ export interface ScryptParameters {
   readonly p: number;
 }
 
-export const SCRYPT_PARAMETERS: ScryptParameters = { N: 2 ** 17, r: 8, p: 1 };
+/** What every production hash is made with, and the least a stored hash may have to skip its rehash. */
+export const PRODUCTION_SCRYPT_PARAMETERS: ScryptParameters = { N: 2 ** 17, r: 8, p: 1 };
+
+/**
+ * The explicit test mode and its one setting, as Django's test hashers and Devise's `stretches`:
+ * a test suite signs in hundreds of times, and at N=2^17 each sign-in costs about a second of
+ * CPU. `TOKENGATE_TEST_SCRYPT_N` (a power of two below 2^17) is honoured only beside
+ * `TOKENGATE_TEST_MODE=1`; without it the variable is ignored here and refused at start
+ * (`checkPasswordHashing`), so no production setting can lower the cost.
+ */
+export const TEST_MODE_VARIABLE = 'TOKENGATE_TEST_MODE';
+export const TEST_SCRYPT_N_VARIABLE = 'TOKENGATE_TEST_SCRYPT_N';
+
+type Environment = Readonly<Record<string, string | undefined>>;
+
+function testScryptN(env: Environment): number | null {
+  const value = env[TEST_SCRYPT_N_VARIABLE];
+  if (value === undefined || value === '') return null;
+  const N = Number(value);
+  return Number.isSafeInteger(N) && N >= 2 && N < PRODUCTION_SCRYPT_PARAMETERS.N && (N & (N - 1)) === 0 ? N : null;
+}
+
+/** The parameters new hashes are made with in a process of this environment. */
+export function scryptParametersFor(env: Environment): ScryptParameters {
+  const N = env[TEST_MODE_VARIABLE] === '1' ? testScryptN(env) : null;
+  return N === null ? PRODUCTION_SCRYPT_PARAMETERS : { ...PRODUCTION_SCRYPT_PARAMETERS, N };
+}
+
+/**
+ * Why this environment may not start: the test setting outside test mode, or a value that is not
+ * a power of two below the production N. `tokengate check` and `serve` refuse with it.
+ */
+export function passwordHashingProblem(env: Environment): string | null {
+  const value = env[TEST_SCRYPT_N_VARIABLE];
+  if (value === undefined || value === '') return null;
+  if (env[TEST_MODE_VARIABLE] !== '1')
+    return `${TEST_SCRYPT_N_VARIABLE} lowers the password hash's cost and is honoured only in the test mode (${TEST_MODE_VARIABLE}=1); production hashes use scrypt N=2^17: unset it`;
+  if (testScryptN(env) === null) return `${TEST_SCRYPT_N_VARIABLE} must be a power of two from 2 to 2^16 (got "${value}")`;
+  return null;
+}
+
+/** Read once at start: the process's own environment decides, for the server, the CLI and a test's own process alike. */
+export const SCRYPT_PARAMETERS: ScryptParameters = scryptParametersFor(process.env);
 const KEY_LENGTH = 64;
 /** scrypt runs at once in one process: each holds 128 * N * r bytes (128 MiB at the current setting). */
 const MAX_CONCURRENT_RUNS = 2;
@@ -109,4 +151,10 @@ let decoy: Promise<string> | undefined;
 export function decoyPasswordHash(): Promise<string> {
   decoy ??= hashPassword(randomBytes(16).toString('base64url'));
   return decoy;
+}
+
+/** The start-up check of the environment's password setting: `tokengate check` and `serve` refuse to run with a problem. */
+export function checkPasswordHashing(_config: unknown, env: Environment): Array<{ path: string; message: string }> {
+  const problem = passwordHashingProblem(env);
+  return problem === null ? [] : [{ path: 'issuer', message: `(environment) ${problem}` }];
 }

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { AdminTokenFileError, servedAdminToken } from '../admin/credential.js';
 import type { Config } from '../config/schema.js';
 import { configWarnings } from '../config/warnings.js';
+import { PRODUCTION_SCRYPT_PARAMETERS, SCRYPT_PARAMETERS, TEST_MODE_VARIABLE } from '../issuer/passwords.js';
 import { createProcessLogger } from '../observability/logger.js';
 import { StartupError } from '../store/open-store.js';
 import { runInstance } from './instance.js';
@@ -35,6 +36,8 @@ export async function serve(config: Readonly<Config>, file: string): Promise<num
     }
   }
   for (const warning of configWarnings(config)) log.warn(warning);
+  if (SCRYPT_PARAMETERS.N < PRODUCTION_SCRYPT_PARAMETERS.N)
+    log.warn(`${TEST_MODE_VARIABLE}: new password hashes use scrypt N=${SCRYPT_PARAMETERS.N}, for test suites only; never run production like this`);
   // Only the process that serves the ops listener (the primary, with workers) holds the admin token.
   const adminToken = keptAdminToken(config, log);
   const workers = workerCount(config.server.workers);

@@ -28,6 +28,14 @@ export function testStateHome(): string {
   return stateHome;
 }
 
+/**
+ * The warnings a serve logged (pino's level 40), but the one every serve of the suite logs at
+ * start for its test mode's password cost (docs/issuer.md#password-hashes).
+ */
+export function warningLines(output: string): string[] {
+  return output.split('\n').filter((line) => line.includes('"level":40') && !line.includes('TOKENGATE_TEST_MODE'));
+}
+
 export interface CliResult {
   code: number | null;
   stdout: string;

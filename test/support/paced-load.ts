@@ -74,3 +74,28 @@ export async function runPaced(clients: readonly PacedClient[], durationMs: numb
 export function countIn(results: readonly PacedResult[], status: number, fromMs: number, toMs: number): number {
   return results.filter((result) => result.status === status && result.sentAtMs >= fromMs && result.sentAtMs < toMs).length;
 }
+
+/**
+ * Of requests sent at these moments (ms from the start), the moments of those a perfect limiter of
+ * `rate` a second with `burst` at once would admit: the reference a limiter is
+ * judged against, taken from the very run it is judged on. A machine that falls behind sends
+ * late requests together, and no limiter admits a bunch past its burst; judged against a fixed
+ * share of the policy, such a window looked like a limiter refusing too much.
+ */
+export function admittedByPerfectLimiter(sentAtMs: readonly number[], rate: number, burst: number): number[] {
+  const intervalMs = 1000 / rate;
+  const admitted: number[] = [];
+  // Virtual scheduling (GCRA): a request is admitted unless it comes more than `burst` intervals before its theoretical time.
+  let theoreticalMs = -Infinity;
+  for (const moment of [...sentAtMs].sort((a, b) => a - b)) {
+    if (moment < theoreticalMs - (burst - 1) * intervalMs) continue;
+    theoreticalMs = Math.max(theoreticalMs, moment) + intervalMs;
+    admitted.push(moment);
+  }
+  return admitted;
+}
+
+/** Of moments (ms from the start), those in [fromMs, toMs). */
+export function momentsIn(moments: readonly number[], fromMs: number, toMs: number): number {
+  return moments.filter((moment) => moment >= fromMs && moment < toMs).length;
+}

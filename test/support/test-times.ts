@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { relative } from 'node:path';
-import { SYSTEM, UNIT, WAITING_FIRST } from '../../vitest.config.js';
+import { SYSTEM, UNIT, LONGEST_FIRST } from '../../vitest.config.js';
 
 interface FileResult {
   name: string;
@@ -37,6 +37,6 @@ for (const tier of ['system', 'integration', 'unit']) {
 print(`  whole run    ${seconds(Math.max(...files.map((file) => file.end)) - runStart)}`);
 print('Ten slowest files:');
 for (const file of [...files].sort((a, b) => b.seconds - a.seconds).slice(0, 10)) {
-  const mark = WAITING_FIRST.includes(file.path) ? '  (starts first: WAITING_FIRST)' : '';
+  const mark = LONGEST_FIRST.includes(file.path) ? '  (LONGEST_FIRST)' : '';
   print(`  ${file.seconds.toFixed(1).padStart(6)} s  ${file.path}${mark}`);
 }
