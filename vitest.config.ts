@@ -44,6 +44,7 @@ export const SYSTEM = [
   'test/rate-limits.test.ts',
   'test/rate-limits-sidecars.test.ts',
   'test/resharding.test.ts',
+  'test/shared-signals-revocation.test.ts',
   'test/store-contract.test.ts',
   'test/store-door.test.ts',
   'test/topologies.test.ts',

@@ -77,7 +77,7 @@ export async function buildTokengate(config: Readonly<Config>, options: BuildOpt
     ops: listeners.ops,
     decisions: listeners.decisions,
     reload,
-    listen: () => start(config, listeners, serves),
+    listen: () => start(config, listeners, serves, created.context),
     close: () => stop(created.context, listeners, lifecycle, options.store === undefined ? store : null),
   };
 }
@@ -88,6 +88,8 @@ interface Listeners {
   readonly decisions: DecisionListener | null;
   /** The gateway's route table, which a reload replaces; null when this process does not serve the public side. */
   readonly gatewayRoutes: GatewayRoutes | null;
+  /** Whether the public listener serves the shared signals push endpoint (a receiver took pushes at start); null when it does not serve the public side. */
+  readonly pushEndpoint: boolean | null;
 }
 
 /** What stopping needs to know: whether it has begun, and the caches a reload replaced, still stopping. */
@@ -104,7 +106,7 @@ async function buildListeners(context: TokengateContext, serves: Serves, adminTo
   const gatewayRoutes = serves !== 'ops' ? await routePublicListener(app, context) : null;
   // The decision listener shares the gateway's route table and header rules (one compile, one reload).
   const decisions = gatewayRoutes !== null && context.config.decisions.enabled ? createDecisionListener(context, gatewayRoutes) : null;
-  return { app, ops, decisions, gatewayRoutes };
+  return { app, ops, decisions, gatewayRoutes, pushEndpoint: serves !== 'ops' ? context.sharedSignals.pushes : null };
 }
 
 /** The reload of this instance, and the config metrics it keeps from the start. */
@@ -134,7 +136,12 @@ function wireReload({ context, cacheFor, readThrough }: CreatedContext, listener
     // resource's metadata: a changed resource recompiles the routes too.
     if (applied.includes('rateLimits')) context.rateLimiter.configure(effective);
     if (applied.includes('routes') || applied.includes('resources') || applied.includes('rateLimits')) listeners.gatewayRoutes?.replace(effective);
-    if (applied.includes('identityProviders')) revokeUntrusted(context, context.identityProviders.replace(effective.identityProviders));
+    if (applied.includes('identityProviders')) {
+      revokeUntrusted(context, context.identityProviders.replace(effective.identityProviders));
+      context.sharedSignals.replace(effective.identityProviders);
+      if (context.sharedSignals.pushes && listeners.pushEndpoint === false)
+        log.warn('a shared signals receiver takes pushed events, but the push endpoint is served only when one did at start: restart to serve it');
+    }
     if (applied.includes('cache')) {
       const previous = context.cache;
       context.cache = cacheFor(effective.cache);
@@ -177,11 +184,12 @@ function revokeUntrusted(context: TokengateContext, issuers: readonly string[]):
   }
 }
 
-/** Binds the listeners this process serves, at the addresses of the config it started with. */
-async function start(config: Readonly<Config>, listeners: Listeners, serves: Serves): ReturnType<Tokengate['listen']> {
+/** Binds the listeners this process serves, at the addresses of the config it started with, then starts the shared signals' stream work. */
+async function start(config: Readonly<Config>, listeners: Listeners, serves: Serves, context: TokengateContext): ReturnType<Tokengate['listen']> {
   const publicUrl = serves !== 'ops' ? await listeners.app.listen({ host: config.server.host, port: config.server.port }) : '';
   const opsUrl = serves !== 'public' ? await listeners.ops.listen({ host: config.admin.host, port: config.admin.port }) : '';
   const decisionsUrl = listeners.decisions === null ? null : await listeners.decisions.listen();
+  context.sharedSignals.start();
   return { publicUrl, opsUrl, decisionsUrl };
 }
 
@@ -207,6 +215,8 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
   await context.tracing?.shutdown();
   await context.clientMetadata?.close();
   context.identity?.ring.stop();
+  // The event in hand is applied whole, and the poller's lease given up for another sidecar.
+  await context.sharedSignals.close();
   await context.identityProviders.close();
   await context.cache?.stop();
   await Promise.all(lifecycle.stoppingCaches);

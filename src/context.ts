@@ -4,6 +4,7 @@ import type { ClientMetadata } from './client-metadata/index.js';
 import type { CacheConfig, Config } from './config/schema.js';
 import { createDpop, type Dpop } from './dpop/index.js';
 import { IdentityProviders } from './identity-providers/index.js';
+import { SharedSignals } from './shared-signals/index.js';
 import type { SignedIdentity } from './identity/index.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import { RequestLog } from './observability/requests.js';
@@ -37,6 +38,8 @@ export interface TokengateContext {
   readonly clientMetadata: ClientMetadata | null;
   /** The identity providers trusted for identity assertions (`identityProviders`, reloadable), and their assertions' single-use marks. */
   readonly identityProviders: IdentityProviders;
+  /** The Shared Signals receivers of the providers that name a transmitter (reloadable with them): events that end their subjects' access. */
+  readonly sharedSignals: SharedSignals;
   /** Which completed requests get an access log line (`logging.requests`). */
   readonly requestLog: RequestLog;
   /** OpenTelemetry traces (`tracing`); null when off, and then none of it is loaded. */
@@ -79,6 +82,7 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
   const identity = config.signedIdentity.enabled
     ? await (await import('./identity/index.js')).createSignedIdentity(config, store.backend, tagKeyBytes, log, verifiesTokens)
     : null;
+  const identityProviders = new IdentityProviders(config.identityProviders, store.backend, log);
   const context: TokengateContext = {
     config,
     store: readThrough(cache),
@@ -89,7 +93,18 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     log,
     rateLimiter: new RateLimiter(config, leasesFor(store.backend), (clientId) => applicationTier(context, clientId), metrics, log),
     clientMetadata,
-    identityProviders: new IdentityProviders(config.identityProviders, store.backend, log),
+    identityProviders,
+    sharedSignals: new SharedSignals(config.identityProviders, {
+      backend: store.backend,
+      tokens: () => context.store.tokens,
+      identityProviders,
+      metrics,
+      log,
+      tracing,
+      issuerUrl: config.issuer.issuerUrl,
+      // Polling and stream set-up are done by processes that serve requests (each worker of server.workers), one at a time.
+      runsStreamWork: verifiesTokens,
+    }),
     requestLog: new RequestLog(config.logging.requests),
     tracing,
     identity,

@@ -132,6 +132,28 @@ export const ERRORS = {
   },
   UPSTREAM_UNAVAILABLE: { status: 502, error: 'bad_gateway', description: 'The upstream service could not be reached.' },
   UPSTREAM_TIMEOUT: { status: 504, error: 'gateway_timeout', description: 'The upstream service did not answer in time.' },
+  // Security Event Tokens pushed to /ssf/events/<name> (RFC 8935 section 2.3) or refused in a poll's
+  // setErrs (RFC 8936 section 2.4): `error` is the RFC 8935 `err` code (renderSetError).
+  SET_INVALID_REQUEST: { status: 400, error: 'invalid_request', description: 'The request is not a Security Event Token this receiver accepts.' },
+  SET_INVALID_KEY: {
+    status: 400,
+    error: 'invalid_key',
+    description: 'The SET is not signed by a key of the identity provider, with an asymmetric algorithm it is trusted to sign with.',
+  },
+  SET_INVALID_ISSUER: { status: 400, error: 'invalid_issuer', description: "The SET's issuer is not this receiver's identity provider." },
+  SET_INVALID_AUDIENCE: { status: 400, error: 'invalid_audience', description: "The SET's audience is not this receiver." },
+  SET_AUTHENTICATION_FAILED: {
+    status: 400,
+    error: 'authentication_failed',
+    description: 'The transmitter was not authenticated: its Authorization header is missing or not the one this receiver was given.',
+  },
+  SET_ACCESS_DENIED: { status: 400, error: 'access_denied', description: 'The transmitter may not send this SET to this receiver.' },
+  SET_BEING_APPLIED: {
+    status: 503,
+    error: 'temporarily_unavailable',
+    description: 'This event is being applied by another instance; send it again shortly.',
+    headers: { 'retry-after': '1' },
+  },
   ADMIN_UNAUTHORIZED: { status: 401, error: 'unauthorized', description: 'The admin API requires a valid admin bearer token.' },
   ADMIN_FORBIDDEN: { status: 403, error: 'forbidden', description: 'The admin API does not answer this request, whatever its token.' },
   CONFLICT: { status: 409, error: 'conflict', description: 'The resource already exists.' },
@@ -325,6 +347,19 @@ export function renderError(failure: TokengateError): RenderedError {
     status: failure.status,
     headers: Object.freeze({ 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store', ...failure.headers }),
     body: JSON.stringify(failure.toBody()),
+  };
+}
+
+/**
+ * A refusal of a Security Event Token as RFC 8935 section 2.3 words it: `{"err","description"}`.
+ * Only the SET_ errors of 400 have an `err` code; any other failure renders as every other error.
+ */
+export function renderSetError(failure: TokengateError): RenderedError {
+  if (!failure.code.startsWith('SET_') || failure.status !== 400) return renderError(failure);
+  return {
+    status: failure.status,
+    headers: Object.freeze({ 'content-type': 'application/json; charset=utf-8', 'cache-control': 'no-store' }),
+    body: JSON.stringify({ err: failure.error, description: failure.description }),
   };
 }
 

@@ -4,6 +4,7 @@ import { checkIdentityProviders } from './identity-providers/config-checks.js';
 import { checkPasswordHashing } from './issuer/passwords.js';
 import { checkRateLimits } from './ratelimit/config-checks.js';
 import { checkResources } from './resource/config-checks.js';
+import { checkSharedSignals } from './shared-signals/config-checks.js';
 import { checkSignedIdentity } from './identity/config-checks.js';
 import { checkTracing } from './tracing/settings.js';
 
@@ -12,7 +13,7 @@ export { ConfigError, type Environment } from './config/load.js';
 /**
  * The config loader with the checks of every room that keeps some: config/ reads and checks the
  * shape and its own sections, and a room above it (resources, rate limit policies, client
- * metadata documents, tracing, signed identity, identity providers, the password hash's test setting) checks what only it understands. A new room with checks joins this list.
+ * metadata documents, tracing, signed identity, identity providers, shared signals, the password hash's test setting) checks what only it understands. A new room with checks joins this list.
  */
 export const { loadConfigFile, parseConfig } = configLoader([
   checkResources,
@@ -21,5 +22,6 @@ export const { loadConfigFile, parseConfig } = configLoader([
   checkTracing,
   checkSignedIdentity,
   checkIdentityProviders,
+  checkSharedSignals,
   checkPasswordHashing,
 ]);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfigFile, parseConfig } from '../src/load-config.js';
 import { configWarnings } from '../src/config/warnings.js';
+import { configHash } from '../src/config/reload.js';
 import { ConfigSchema } from '../src/config/schema.js';
 import { parse as parseYaml } from 'yaml';
 
@@ -358,5 +359,74 @@ describe('identityProviders', () => {
       { path: 'identityProviders[0].caFile', message: 'no such file: /no/such/ca.pem' },
       { path: 'identityProviders[1].issuer', message: '"https://login.company.example" is listed more than once' },
     ]);
+  });
+});
+
+describe('identityProviders[].sharedSignals', () => {
+  const provider = (signals: string, extra = '') =>
+    `identityProviders:\n  - issuer: https://login.company.example\n    jwksUrl: https://login.company.example/jwks\n    sharedSignals:\n${signals}${extra}`;
+  const push =
+    '      name: company\n      configurationUrl: https://login.company.example/.well-known/ssf-configuration\n      pushAuthorization: ${SSF_PUSH}\n      streamId: s-1\n';
+
+  it('takes a push receiver on a stream the operator made, its secret from the environment, and fills its defaults', () => {
+    const [entry] = parseConfig(provider(push), 'test.yaml', { SSF_PUSH: 'Bearer 0123456789abcdef' }).identityProviders;
+    expect(entry!.sharedSignals).toEqual({
+      name: 'company',
+      configurationUrl: 'https://login.company.example/.well-known/ssf-configuration',
+      delivery: 'push',
+      audience: '',
+      pushAuthorization: 'Bearer 0123456789abcdef',
+      pushEndpointUrl: '',
+      transmitterAuthorization: '',
+      streamId: 's-1',
+      pollUrl: '',
+      events: [],
+      narrowingClaims: ['scope', 'resource', 'groups', 'roles', 'entitlements'],
+      maxEventAgeSeconds: 86_400,
+      pollIntervalMs: 1_000,
+      maxEvents: 100,
+      statusIntervalSeconds: 300,
+    });
+  });
+
+  it('refuses what a receiver cannot work with, naming each key', () => {
+    const problems = problemsOf(
+      provider(
+        '      name: company\n      configurationUrl: http://login.company.example/.well-known/ssf-configuration\n      pushAuthorization: short\n      pollUrl: https://login.company.example/poll\n',
+      ) +
+        '  - issuer: https://login.other.example\n    jwksUrl: https://login.other.example/jwks\n    sharedSignals:\n' +
+        '      name: Company\n      configurationUrl: https://login.other.example/ssf\n      delivery: poll\n      streamId: s-2\n      pushEndpointUrl: ftp://x\n' +
+        '  - issuer: https://login.third.example\n    jwksUrl: https://login.third.example/jwks\n    sharedSignals:\n' +
+        '      name: third\n      configurationUrl: https://login.third.example/ssf\n      delivery: poll\n      pollUrl: http://login.third.example/poll\n',
+    );
+    expect(problems.map(({ path, message }) => ({ path, message }))).toEqual([
+      { path: 'identityProviders[0].sharedSignals.streamId', message: expect.stringContaining('transmitterAuthorization for tokengate to create one') },
+      { path: 'identityProviders[0].sharedSignals.configurationUrl', message: expect.stringContaining('expected an https URL') },
+      { path: 'identityProviders[0].sharedSignals.pushAuthorization', message: expect.stringContaining('16 characters or more') },
+      { path: 'identityProviders[0].sharedSignals.pollUrl', message: 'only for delivery: poll' },
+      { path: 'identityProviders[1].sharedSignals.name', message: '"Company" is the name of identityProviders[0]\'s receiver too' },
+      { path: 'identityProviders[1].sharedSignals.pollUrl', message: expect.stringContaining('required for a poll stream the operator made') },
+      { path: 'identityProviders[1].sharedSignals.pushEndpointUrl', message: expect.stringContaining('absolute http(s) URL') },
+      { path: 'identityProviders[2].sharedSignals.streamId', message: expect.stringContaining('give the id of the stream') },
+      { path: 'identityProviders[2].sharedSignals.pollUrl', message: expect.stringContaining('expected an https URL') },
+    ]);
+  });
+
+  it('refuses a route over the push endpoint while a provider pushes, and not otherwise', () => {
+    const routes = 'routes:\n  - path: /ssf\n    upstream: http://127.0.0.1:3001\n';
+    const env = { SSF_PUSH: 'Bearer 0123456789abcdef' };
+    expect(problemsOf(provider(push, routes), env)).toEqual([
+      {
+        path: 'routes[0].path',
+        line: expect.any(Number) as unknown as number,
+        message: '"/ssf" overlaps the shared signals push endpoint /ssf/events/<name> on the same listener',
+      },
+    ]);
+    expect(() => parseConfig(routes, 'test.yaml', env)).not.toThrow();
+  });
+
+  it('leaves its secrets out of the config hash, so /metrics lets nobody test guesses of them', () => {
+    const hashWith = (secret: string) => configHash(parseConfig(provider(push), 'test.yaml', { SSF_PUSH: secret }));
+    expect(hashWith('Bearer 0123456789abcdef')).toBe(hashWith('Bearer fedcba9876543210'));
   });
 });

@@ -1,14 +1,12 @@
-import { spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { tokenDigest } from '../src/token/token-value.js';
-import { installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
+import { installed, nginxCommand, startIngress, startLoad, startTicketingApi, type Ingress } from './support/ingress.js';
 import { startTokengate, type RunningTokengate } from './support/instance.js';
-import { ROOT } from './support/markdown.js';
 import { freePort } from './support/ports.js';
 import { createTestRedisStore, uniquePrefix } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
@@ -99,29 +97,6 @@ async function kept(...tokens: string[]): Promise<boolean> {
 function workersOf(master: number): number[] {
   const listed = spawnSync('pgrep', ['-P', String(master)], { encoding: 'utf8' }).stdout;
   return listed.split('\n').filter(Boolean).map(Number);
-}
-
-/**
- * Cached requests through nginx from a child process (autocannon, 4 connections, 400 a second),
- * until stopped; stop() resolves with the count of 2xx answers, other answers and errors.
- */
-function startLoad(url: string, token: string): { stop(): Promise<{ ok: number; other: number; errors: number }> } {
-  const script = `
-    const instance = require('autocannon')({ url: process.argv[1], connections: 4, overallRate: 400, duration: 600, headers: { authorization: process.argv[2] } },
-      (error, result) => process.stdout.write(JSON.stringify({ ok: result['2xx'], other: result.non2xx, errors: result.errors })));
-    process.stdin.on('end', () => instance.stop());
-    process.stdin.resume();`;
-  const child = spawn(process.execPath, ['-e', script, url, `Bearer ${token}`], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] });
-  let output = '';
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = once(child, 'exit');
-  return {
-    async stop() {
-      child.stdin!.end();
-      await exited;
-      return JSON.parse(output) as { ok: number; other: number; errors: number };
-    },
-  };
 }
 
 function percentile(sorted: number[], share: number): number {

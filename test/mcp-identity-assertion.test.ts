@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { OAuthClientProvider } from '@modelcontextprotocol/sdk/client/auth.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { OAuthClientInformationMixed, OAuthClientMetadata, OAuthTokens } from '@modelcontextprotocol/sdk/shared/auth.js';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientDocument, createTestCa, startDocumentServer, startTestDns, type DocumentServer, type TestCa, type TestDns } from './support/client-metadata.js';
 import { closeServer } from './support/gateway.js';
@@ -11,6 +11,8 @@ import { TestIdentityProvider } from './support/identity-provider.js';
 import { clientCredentials, postForm, registerApplication, startTokengate, type RunningTokengate, type TestApplication } from './support/instance.js';
 import { freePort } from './support/ports.js';
 import { startTicketsMcpServer } from './support/mcp.js';
+import { EVENT, TestTransmitter } from './support/transmitter.js';
+import { eventually } from './support/wait.js';
 
 /**
  * Enterprise-managed authorization for MCP: the company's identity provider (the test's own,
@@ -23,8 +25,10 @@ import { startTicketsMcpServer } from './support/mcp.js';
 
 const JWT_BEARER = 'urn:ietf:params:oauth:grant-type:jwt-bearer';
 const EMAIL = 'grace@company.example';
+const PUSH_AUTHORIZATION = `Bearer ${randomBytes(24).toString('base64url')}`;
 
 let idp: TestIdentityProvider;
+let transmitter: TestTransmitter;
 let mcpServer: Server;
 let mcpUrl: string;
 let first: RunningTokengate;
@@ -54,6 +58,7 @@ beforeAll(async () => {
   );
   const port = await freePort();
   mcpResource = `http://127.0.0.1:${port}/mcp`;
+  transmitter = TestTransmitter.on(idp, `http://127.0.0.1:${port}`);
   const config = {
     issuer: { issuerUrl: `http://127.0.0.1:${port}` },
     resources: [{ identifier: mcpResource }],
@@ -69,7 +74,17 @@ beforeAll(async () => {
         allowBodyToken: false,
       },
     ],
-    identityProviders: [idp.config()],
+    identityProviders: [
+      idp.config({
+        sharedSignals: {
+          name: 'company',
+          configurationUrl: transmitter.configurationUrl,
+          delivery: 'push',
+          pushAuthorization: PUSH_AUTHORIZATION,
+          streamId: 'company-stream',
+        },
+      }),
+    ],
     clientMetadataDocuments: {
       enabled: true,
       allow: [{ url: `https://assistant.test:${documents.port}`, resources: [mcpResource] }],
@@ -219,5 +234,52 @@ describe('an MCP client (@modelcontextprotocol/sdk) with an identity assertion f
     });
     const refused = await postForm(`${first.baseUrl}/oauth/token`, { grant_type: JWT_BEARER, assertion: stolen, ...clientCredentials(client) });
     expect(await refused.json()).toEqual({ error: 'invalid_grant', error_description: "The identity assertion's client_id is not the authenticated client." });
+  });
+
+  it("ends mid-session when the provider revokes the subject's sessions: the token gets 401 within a second, and the SDK's next assertion works again", async () => {
+    const subject = 'idp-grace-mid-session';
+    const provider = new IdentityAssertionProvider(client, () =>
+      idp.assertion({
+        sub: subject,
+        email: EMAIL,
+        aud: first.tokengate.context.config.issuer.issuerUrl,
+        client_id: client.clientId,
+        resource: mcpResource,
+        scope: 'public',
+      }),
+    );
+    /** What each request to the MCP server through the gateway was answered, with the token it carried. */
+    const calls: Array<{ token: string; status: number }> = [];
+    const recordingFetch = async (input: string | URL | Request, init?: RequestInit) => {
+      const response = await fetch(input, init);
+      const url = String(input instanceof Request ? input.url : input);
+      const authorization = new Headers(init?.headers).get('authorization');
+      if (url.endsWith('/mcp') && authorization !== null) calls.push({ token: authorization.slice('Bearer '.length), status: response.status });
+      return response;
+    };
+    const mcp = new Client({ name: 'assistant', version: '1.0.0' });
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${first.baseUrl}/mcp`), { authProvider: provider, fetch: recordingFetch }));
+    try {
+      expect((await mcp.callTool({ name: 'my-tickets', arguments: {} })).content).toEqual([{ type: 'text', text: `tickets of ${userId}` }]);
+      const token = provider.tokens()!.access_token;
+      const gatewayStatus = async (sidecar: RunningTokengate) => {
+        const response = await fetch(`${sidecar.baseUrl}/mcp`, { headers: { authorization: `Bearer ${token}` } });
+        await response.body?.cancel();
+        return response.status;
+      };
+
+      const minted = await transmitter.set(EVENT.sessionRevoked, {}, { format: 'iss_sub', iss: idp.issuer, sub: subject });
+      expect((await transmitter.push(`${second.baseUrl}/ssf/events/company`, minted.set, PUSH_AUTHORIZATION)).status).toBe(202);
+      await eventually(async () => (await gatewayStatus(first)) === 401 && (await gatewayStatus(second)) === 401, 1_000);
+      expect(Date.now() - minted.madeAt).toBeLessThanOrEqual(1_000);
+
+      // The client's next call meets the 401 itself, asks its provider for a new assertion, and goes on.
+      expect((await mcp.callTool({ name: 'my-tickets', arguments: {} })).content).toEqual([{ type: 'text', text: `tickets of ${userId}` }]);
+      expect(calls).toContainEqual({ token, status: 401 });
+      expect(provider.assertions).toHaveLength(2);
+      expect(provider.tokens()!.access_token).not.toBe(token);
+    } finally {
+      await mcp.close();
+    }
   });
 });

@@ -9,6 +9,7 @@ import { MemoryStore } from '../src/store/memory.js';
 import { deleteApplicationAndTokens, deleteUserAndTokens, endGrant } from '../src/store/deletions.js';
 import { withTokens, type AccessTokenRecord, type RefreshTokenRecord, type RevocationEvent, type Store } from '../src/store/store.js';
 import { createTokenMinter, generateTagKey, decodeTagKey, tokenDigest } from '../src/token/token-value.js';
+import { signalsStoreFor, type SignalsStore } from '../src/shared-signals/signals-store.js';
 import { createTestRedisStore, deletePrefix, rawRedis, uniquePrefix } from './support/redis.js';
 import { deleteTopologyPrefix, openTopologyStore, startClusterTopology, startSentinelTopology, type TestTopology } from './support/topologies.js';
 import { eventually } from './support/wait.js';
@@ -490,6 +491,28 @@ describe.each(implementations)('tokens port contract: %s', (_name, _driver, open
     expect(await subject.peer.tokens.getAccessToken(elsewhere)).not.toBeNull();
   });
 
+  it('revokes every token of a provider that named its user by one e-mail address, whatever its subject, on the peer too', async () => {
+    const idp = 'https://idp.company.example';
+    const byEmail = [newDigest(), newDigest()];
+    const otherEmail = newDigest();
+    const otherProvider = newDigest();
+    const identity = (subject: string, email: string, issuer = idp) => ({ identity: { issuer, subject, email } });
+    await subject.store.tokens.saveAccessToken(byEmail[0]!, accessToken(identity('ada', 'ada@company.example')));
+    await subject.store.tokens.saveAccessToken(byEmail[1]!, accessToken(identity('ada-2', 'ada@company.example')));
+    await subject.store.tokens.saveAccessToken(otherEmail, accessToken(identity('ada', 'grace@company.example')));
+    await subject.store.tokens.saveAccessToken(otherProvider, accessToken(identity('ada', 'ada@company.example', 'https://idp.other.example')));
+    for (const digest of [...byEmail, otherEmail, otherProvider]) expect(await subject.peer.tokens.getAccessToken(digest)).not.toBeNull();
+
+    expect(await subject.store.tokens.revokeIdentityEmailTokens(idp, 'ada@company.example')).toBe(2);
+    await eventually(
+      async () => (await subject.peer.tokens.getAccessToken(byEmail[0]!)) === null && (await subject.peer.tokens.getAccessToken(byEmail[1]!)) === null,
+    );
+    expect(await subject.peer.tokens.getAccessToken(otherEmail)).not.toBeNull();
+    expect(await subject.peer.tokens.getAccessToken(otherProvider)).not.toBeNull();
+    // The subject's own index still names the one left of it.
+    expect(await subject.store.tokens.revokeIdentityTokens(idp, 'ada')).toBe(1);
+  });
+
   it('revokes with an access token the tokens exchanged from it, and from those; one exchanged while it was revoked is born revoked', async () => {
     const subjectDigest = newDigest();
     const exchanged = newDigest();
@@ -641,6 +664,84 @@ describe.each(stores)('sessions port contract: %s', (_name, _driver, open) => {
   });
 });
 
+/** The shared signals' records (src/shared-signals/signals-store.ts), built on each store's backend as the room builds them: one per handle, shared by both handles of a memory store. */
+describe.each(stores)('shared signals records contract: %s', (_name, _driver, open) => {
+  const subject = eachTest(open);
+  const handles = (): [SignalsStore, SignalsStore] => {
+    const own = signalsStoreFor(subject.store.backend);
+    return [own, subject.peer === subject.store ? own : signalsStoreFor(subject.peer.backend)];
+  };
+  const idp = 'https://idp.company.example';
+
+  it('lets one sidecar claim an event, shows the others it is being applied, then applied; a released claim is claimed again', async () => {
+    const [signals, peer] = handles();
+    expect(await signals.claimEvent(idp, 'jti-1', 60_000)).toBe('claimed');
+    expect(await peer.claimEvent(idp, 'jti-1', 60_000)).toBe('applying');
+    // The same jti of another issuer is another event.
+    expect(await peer.claimEvent('https://idp.other.example', 'jti-1', 60_000)).toBe('claimed');
+    await signals.completeEvent(idp, 'jti-1', 60_000);
+    await peer.releaseEvent(idp, 'jti-1');
+    expect(await peer.claimEvent(idp, 'jti-1', 60_000)).toBe('applied');
+    expect(await signals.claimEvent(idp, 'jti-2', 60_000)).toBe('claimed');
+    await signals.releaseEvent(idp, 'jti-2');
+    expect(await peer.claimEvent(idp, 'jti-2', 60_000)).toBe('claimed');
+  });
+
+  it('lets a claim lapse (its applier died) and an applied mark expire after its keep', async () => {
+    const [signals, peer] = handles();
+    expect(await signals.claimEvent(idp, 'lapsing', 1_000)).toBe('claimed');
+    await eventually(async () => (await peer.claimEvent(idp, 'lapsing', 60_000)) === 'claimed', 10_000);
+    await peer.completeEvent(idp, 'lapsing', 1_000);
+    expect(await signals.claimEvent(idp, 'lapsing', 60_000)).toBe('applied');
+    await eventually(async () => (await signals.claimEvent(idp, 'lapsing', 60_000)) === 'claimed', 10_000);
+  });
+
+  it('keeps what was said of a subject under each of its names: the latest revocation, disabled until enabled, forgotten after its keep unless disabled', async () => {
+    const [signals, peer] = handles();
+    const ada = { by: 'sub', value: 'ada' } as const;
+    const adaByEmail = { by: 'email', value: 'ada@company.example' } as const;
+    const grace = { by: 'sub', value: 'grace' } as const;
+    expect(await peer.subjectState(idp, [ada, adaByEmail])).toEqual({ revokedBefore: 0, disabled: false });
+    await signals.markSubject(idp, ada, { revokedBefore: 1_800_000_100 }, 60_000);
+    await signals.markSubject(idp, ada, { revokedBefore: 1_800_000_050 }, 60_000);
+    await signals.markSubject(idp, adaByEmail, { revokedBefore: 1_800_000_000, disabled: true }, 60_000);
+    expect(await peer.subjectState(idp, [ada])).toEqual({ revokedBefore: 1_800_000_100, disabled: false });
+    expect(await peer.subjectState(idp, [ada, adaByEmail])).toEqual({ revokedBefore: 1_800_000_100, disabled: true });
+    expect(await peer.subjectState('https://idp.other.example', [ada, adaByEmail])).toEqual({ revokedBefore: 0, disabled: false });
+    await peer.markSubject(idp, adaByEmail, { disabled: false }, 60_000);
+    expect(await signals.subjectState(idp, [ada, adaByEmail])).toEqual({ revokedBefore: 1_800_000_100, disabled: false });
+
+    await signals.markSubject(idp, ada, { disabled: true }, 1_000);
+    await signals.markSubject(idp, grace, { revokedBefore: 1_800_000_000 }, 1_000);
+    // Grace's record expires after its keep; Ada's, given the same keep, stays while she is disabled.
+    await eventually(async () => (await peer.subjectState(idp, [grace])).revokedBefore === 0, 10_000);
+    expect(await peer.subjectState(idp, [ada])).toEqual({ revokedBefore: 1_800_000_100, disabled: true });
+  });
+
+  it('gives the lease of a stream to one owner at a time, until it is released or lapses', async () => {
+    const [signals, peer] = handles();
+    expect(await signals.holdLease('company', 'a', 60_000)).toBe(true);
+    expect(await peer.holdLease('company', 'b', 60_000)).toBe(false);
+    expect(await signals.holdLease('company', 'a', 1_000)).toBe(true);
+    expect(await peer.holdLease('other-receiver', 'b', 60_000)).toBe(true);
+    await peer.releaseLease('company', 'b');
+    expect(await peer.holdLease('company', 'b', 60_000)).toBe(false);
+    await eventually(() => peer.holdLease('company', 'b', 60_000), 10_000);
+    await signals.releaseLease('company', 'a');
+    expect(await signals.holdLease('company', 'a', 60_000)).toBe(false);
+    await peer.releaseLease('company', 'b');
+    expect(await signals.holdLease('company', 'a', 60_000)).toBe(true);
+  });
+
+  it("keeps a stream's state, field by field, for every sidecar", async () => {
+    const [signals, peer] = handles();
+    expect(await peer.readStream('company')).toEqual({});
+    await signals.updateStream('company', { streamId: 's-1', status: 'enabled', verificationState: 'x' });
+    await peer.updateStream('company', { status: 'paused', statusReason: 'maintenance', verificationState: '' });
+    expect(await signals.readStream('company')).toEqual({ streamId: 's-1', status: 'paused', statusReason: 'maintenance' });
+  });
+});
+
 describe('redis store: what Redis holds', () => {
   const prefix = uniquePrefix('layout');
   const store = createTestRedisStore(prefix);
@@ -692,6 +793,11 @@ describe('redis store: what Redis holds', () => {
     // The signed identity's keys, through the same door.
     await redisKeySetStore(store.backend as RedisDoor).replace(null, '[]');
     await deleteUserAndTokens(store, 'u-layout');
+    const signals = signalsStoreFor(store.backend);
+    await signals.claimEvent('https://idp.example', 'jti', 60_000);
+    await signals.markSubject('https://idp.example', { by: 'sub', value: 'ada' }, { revokedBefore: 1 }, 60_000);
+    await signals.holdLease('company', 'owner', 60_000);
+    await signals.updateStream('company', { status: 'enabled' });
 
     const written = new Set((await redis.keys(`${prefix}*`)).map((key) => key.slice(prefix.length).replace(/^(idx:[a-z]+|[a-z-]+):.*$/, '$1')));
     expect([...written].sort()).toEqual(
@@ -711,6 +817,10 @@ describe('redis store: what Redis holds', () => {
         'rt',
         'secret',
         'session',
+        'ssf-event',
+        'ssf-lease',
+        'ssf-stream',
+        'ssf-subject',
         'user',
         'user-email',
         'users',

@@ -8,6 +8,8 @@ import { registerApplication, startTokengate, type RunningTokengate } from './su
 import { callerTraceparent, parseTraceparent, startCollector, type Collector, type ReceivedSpan } from './support/otlp.js';
 import { accessLines, captureLog } from './support/log.js';
 import { eventually, sleep } from './support/wait.js';
+import { TestIdentityProvider } from './support/identity-provider.js';
+import { EVENT, TestTransmitter } from './support/transmitter.js';
 
 /**
  * Traces through tokengate, judged by what a real OTLP/HTTP receiver decodes (protobuf with the
@@ -227,6 +229,75 @@ describe('what is never recorded', () => {
     const exported = Buffer.concat(collector.bodies);
     for (const secret of [...secrets, 'cookie-value-never-recorded', 'query-value-never-recorded', 'access_token']) {
       expect(exported.includes(Buffer.from(secret)), `${secret.slice(0, 12)}... in an exported span`).toBe(false);
+    }
+  });
+});
+
+describe('shared signals', () => {
+  it('record a span per event, pushed (under the push request) or polled (a trace of its own), and never the SET', async () => {
+    const [pushIdp, pollIdp] = await Promise.all([TestIdentityProvider.start(), TestIdentityProvider.start()]);
+    const audience = 'https://tokengate.test';
+    const [pushing, polling] = [TestTransmitter.on(pushIdp, audience), TestTransmitter.on(pollIdp, audience)];
+    const pushAuthorization = 'Bearer push-secret-never-recorded';
+    const receiver = await startTokengate('tracing-ssf', {
+      config: {
+        identityProviders: [
+          pushIdp.config({
+            sharedSignals: { name: 'pushing', configurationUrl: pushing.configurationUrl, delivery: 'push', audience, pushAuthorization, streamId: 's' },
+          }),
+          pollIdp.config({
+            sharedSignals: {
+              name: 'polled',
+              configurationUrl: polling.configurationUrl,
+              delivery: 'poll',
+              audience,
+              transmitterAuthorization: polling.managementAuthorization,
+              pollIntervalMs: 50,
+            },
+          }),
+        ],
+        tracing: { enabled: true, endpoint: collector.url, scheduledDelayMs: 20 },
+      },
+    });
+    try {
+      const pushed = await pushing.set(EVENT.sessionRevoked, {}, { format: 'iss_sub', iss: pushIdp.issuer, sub: 'ada' });
+      const caller = callerTraceparent(true);
+      expect(
+        (await pushing.push(`${receiver.baseUrl}/ssf/events/pushing`, pushed.set, pushAuthorization, undefined, { traceparent: caller.traceparent })).status,
+      ).toBe(202);
+      const spans = await spansOf(caller.traceId, 2);
+      const server = only(spans, SERVER);
+      expect(server.name).toBe('POST /ssf/events/:name');
+      const event = only(spans, INTERNAL, 'tokengate.shared_signals.event');
+      expect(event.parentSpanId).toBe(server.spanId);
+      expect(event.attributes).toEqual({
+        'tokengate.shared_signals.provider': 'pushing',
+        'tokengate.shared_signals.event_type': 'session-revoked',
+        'tokengate.shared_signals.delivery': 'push',
+        'tokengate.shared_signals.jti': pushed.jti,
+        'tokengate.shared_signals.outcome': 'applied',
+      });
+
+      await eventually(() => polling.streams.size === 1, 10_000);
+      const polled = await polling.set(EVENT.credentialChange, { change_type: 'create', credential_type: 'password' }, { format: 'opaque', id: 'ada' });
+      polling.enqueue([...polling.streams.keys()][0]!, polled);
+      await eventually(() => collector.spans.some((span) => span.attributes['tokengate.shared_signals.jti'] === polled.jti), 10_000);
+      const root = collector.spans.find((span) => span.attributes['tokengate.shared_signals.jti'] === polled.jti)!;
+      expect(root).toMatchObject({ name: 'tokengate.shared_signals.event', kind: INTERNAL, parentSpanId: '' });
+      expect(root.attributes).toMatchObject({ 'tokengate.shared_signals.delivery': 'poll', 'tokengate.shared_signals.outcome': 'no_effect' });
+
+      const exported = Buffer.concat(collector.bodies);
+      for (const secret of [
+        pushed.set,
+        ...pushed.set.split('.'),
+        ...polled.set.split('.'),
+        'push-secret-never-recorded',
+        polling.managementAuthorization.slice(7),
+      ])
+        expect(exported.includes(Buffer.from(secret)), `${secret.slice(0, 12)}... in an exported span`).toBe(false);
+    } finally {
+      await receiver.close();
+      await Promise.all([pushIdp.close(), pollIdp.close()]);
     }
   });
 });

@@ -22,9 +22,19 @@ export function registerTokenRoutes(scope: FastifyInstance, context: TokengateCo
   });
 }
 
-/** The identity providers trusted for identity assertions, as the config in effect lists them. */
+/**
+ * The identity providers trusted for identity assertions, as the config in effect lists them,
+ * each with its shared signals receiver and that stream's state (as every sidecar shares it).
+ */
 export function registerIdentityProviderRoutes(scope: FastifyInstance, context: TokengateContext): void {
   scope.get('/identity-providers', async function listIdentityProviders() {
-    return { identityProviders: context.identityProviders.list() };
+    const streams = new Map((await context.sharedSignals.list()).map((stream) => [stream.name, stream]));
+    return {
+      identityProviders: context.identityProviders.list().map((provider) => {
+        const name = context.sharedSignals.nameOf(provider.issuer);
+        const stream = name === undefined ? undefined : streams.get(name);
+        return stream === undefined ? provider : { ...provider, sharedSignals: stream };
+      }),
+    };
   });
 }

@@ -64,6 +64,36 @@ interface IdentityProviderView {
   userClaim: string;
   jitUsers: boolean;
   maxAssertionLifetimeSeconds: number;
+  sharedSignals?: SharedSignalsView;
+}
+
+/** A provider's shared signals receiver and its stream's state. */
+interface SharedSignalsView {
+  name: string;
+  delivery: 'push' | 'poll';
+  stream: 'configured' | 'operator';
+  pushEndpoint: string | null;
+  streamId: string | null;
+  status: string | null;
+  statusReason: string | null;
+  verifiedAt: string | null;
+  lastEvent: { type: string; outcome: string; at: string } | null;
+  lastPoll: { at: string; result: string } | null;
+  problem: string | null;
+}
+
+/** The second line of a provider with a receiver: how events arrive, the stream's state, the last event. */
+function describeSignals(signals: SharedSignalsView): string {
+  const parts = [
+    `  signals ${signals.name}: ${signals.delivery}${signals.pushEndpoint === null ? '' : ` to ${signals.pushEndpoint}`}`,
+    `stream ${signals.streamId ?? '(not set up)'} (${signals.stream === 'configured' ? 'configured by tokengate' : 'made by the operator'})`,
+    `status ${signals.status ?? 'unknown'}${signals.statusReason === null ? '' : ` (${signals.statusReason})`}`,
+    signals.verifiedAt === null ? 'not verified' : `verified ${signals.verifiedAt}`,
+    signals.lastEvent === null ? 'no event yet' : `last event ${signals.lastEvent.type} ${signals.lastEvent.outcome} at ${signals.lastEvent.at}`,
+  ];
+  if (signals.lastPoll !== null) parts.push(`last poll ${signals.lastPoll.result} at ${signals.lastPoll.at}`);
+  if (signals.problem !== null) parts.push(`problem: ${signals.problem}`);
+  return parts.join(', ');
 }
 
 const APPS_CREATE_USAGE =
@@ -305,7 +335,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
     },
   },
   'identity-providers list': {
-    summary: 'List the identity providers trusted for identity assertions (the config in effect).',
+    summary: 'List the identity providers trusted for identity assertions (the config in effect), with their shared signals streams.',
     usage: 'tokengate identity-providers list [--json]',
     options: { ...configOption, json: { type: 'boolean', default: false } },
     async run(values) {
@@ -313,10 +343,12 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       if (values.json === true) print(JSON.stringify(answer, null, 2));
       else if (answer.identityProviders.length === 0) print('No identity provider is trusted.');
       else
-        for (const provider of answer.identityProviders)
+        for (const provider of answer.identityProviders) {
           print(
             `${provider.issuer}  keys ${provider.jwksUrl}  ${provider.algorithms.join(',')}  users by ${provider.userClaim}${provider.jitUsers ? ' (created when missing)' : ''}  assertions up to ${provider.maxAssertionLifetimeSeconds} s`,
           );
+          if (provider.sharedSignals !== undefined) print(describeSignals(provider.sharedSignals));
+        }
       return 0;
     },
   },

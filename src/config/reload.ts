@@ -72,6 +72,18 @@ export function configHash(config: Readonly<Config>): string {
     admin: { ...config.admin, token: secretSet(config.admin.token) },
     issuer: { ...config.issuer, tokenTagKey: secretSet(config.issuer.tokenTagKey) },
     signedIdentity: { ...config.signedIdentity, keyEncryptionKey: secretSet(config.signedIdentity.keyEncryptionKey) },
+    identityProviders: config.identityProviders.map((provider) =>
+      provider.sharedSignals === undefined
+        ? provider
+        : {
+            ...provider,
+            sharedSignals: {
+              ...provider.sharedSignals,
+              pushAuthorization: secretSet(provider.sharedSignals.pushAuthorization),
+              transmitterAuthorization: secretSet(provider.sharedSignals.transmitterAuthorization),
+            },
+          },
+    ),
     store: {
       ...config.store,
       url: withoutPassword(config.store.url),

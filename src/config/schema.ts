@@ -301,6 +301,74 @@ export const ClientMetadataAllowSchema = Type.Object(
 /** Signature algorithms an identity provider may sign with: asymmetric only (never `none`, never HMAC, whose key would be the published one). */
 export const IDENTITY_ASSERTION_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519'] as const;
 
+/**
+ * A provider's Shared Signals transmitter (SSF 1.0): the Security Event Tokens (CAEP, RISC) it
+ * sends and how they reach tokengate (docs/continuous-access.md).
+ */
+export const SharedSignalsSchema = Type.Object(
+  {
+    name: Type.String({
+      pattern: '^[A-Za-z0-9_-]{1,64}$',
+      description:
+        "The receiver's name (1 to 64 letters, digits, `-` and `_`): its push endpoint is `/ssf/events/<name>` on the public listener, and the `provider` label of its metrics.",
+    }),
+    configurationUrl: Type.String({
+      minLength: 1,
+      description: "The transmitter's configuration metadata, its `/.well-known/ssf-configuration` URL (https, fetched like the key set, `caFile` included).",
+    }),
+    delivery: oneOf(
+      ['push', 'poll'] as const,
+      'push',
+      '`push` (RFC 8935): the transmitter POSTs each event to `/ssf/events/<name>`; `poll` (RFC 8936): one sidecar at a time polls the transmitter and acknowledges what it applied.',
+    ),
+    audience: Type.String({ default: '', description: 'The `aud` its events must name. Empty: `issuer.issuerUrl`.' }),
+    pushAuthorization: Type.String({
+      default: '',
+      description:
+        'push: the whole `Authorization` header the transmitter must send (`Bearer <secret>`, 16 characters or more); given to the transmitter by the operator, or by tokengate when it creates the stream. Give it through the environment; never logged.',
+    }),
+    pushEndpointUrl: Type.String({
+      default: '',
+      description:
+        'push, on a stream tokengate creates: the URL the transmitter is told to push to. Empty: `issuer.issuerUrl` followed by `/ssf/events/<name>`.',
+    }),
+    transmitterAuthorization: Type.String({
+      default: '',
+      description:
+        'The whole `Authorization` header tokengate sends the transmitter, to configure its stream (create it, read it and its status, ask for a verification) and to poll. Empty: a stream the operator made (`streamId`), which tokengate only receives. Give it through the environment; never logged.',
+    }),
+    streamId: Type.String({
+      default: '',
+      description:
+        'A stream the operator made at the transmitter. Empty: tokengate creates one through the configuration endpoint (needs `transmitterAuthorization`) and keeps its id in the store.',
+    }),
+    pollUrl: Type.String({
+      default: '',
+      description:
+        "poll, on a stream the operator made: its poll endpoint (https). Empty: the stream's own, read from the transmitter (needs `transmitterAuthorization`).",
+    }),
+    events: Type.Array(Type.String({ minLength: 1 }), {
+      default: [],
+      uniqueItems: true,
+      description: 'The event types asked for when tokengate creates the stream. Empty: every type tokengate acts on.',
+    }),
+    narrowingClaims: Type.Array(Type.String({ minLength: 1 }), {
+      default: ['scope', 'resource', 'groups', 'roles', 'entitlements'],
+      uniqueItems: true,
+      description: "Claims whose change (CAEP `token-claims-change`) revokes the subject's tokens; a change of the provider's `userClaim` always does.",
+    }),
+    maxEventAgeSeconds: Seconds(86_400, 'Oldest event accepted (its `iat`); each is remembered as long, so one delivered again is applied once.', 60),
+    pollIntervalMs: Milliseconds(1_000, 'poll: the wait after an answer without events; after a failure the wait doubles, up to a minute.', 50),
+    maxEvents: Type.Integer({ minimum: 1, maximum: 1_000, default: 100, description: 'poll: most events asked for in one poll.' }),
+    statusIntervalSeconds: Seconds(
+      300,
+      "How often the stream's status is read again (with `transmitterAuthorization`); a paused or disabled stream is not polled meanwhile.",
+      1,
+    ),
+  },
+  { additionalProperties: false },
+);
+
 export const IdentityProviderSchema = Type.Object(
   {
     issuer: Type.String({ minLength: 1, description: 'The `iss` of its identity assertions (an https URL), exactly as the provider writes it.' }),
@@ -329,6 +397,7 @@ export const IdentityProviderSchema = Type.Object(
       30,
       'Shortest time between two fetches of its key set caused by an unknown `kid` (a fetch its caching headers call for is not held back).',
     ),
+    sharedSignals: Type.Optional(SharedSignalsSchema),
   },
   { additionalProperties: false },
 );
@@ -652,4 +721,5 @@ export type DpopConfig = Static<typeof DpopSchema>;
 export type SignedIdentityConfig = Static<typeof SignedIdentitySchema>;
 export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
 export type IdentityProviderConfig = Static<typeof IdentityProviderSchema>;
+export type SharedSignalsConfig = Static<typeof SharedSignalsSchema>;
 export type ClientMetadataAllowConfig = Static<typeof ClientMetadataAllowSchema>;

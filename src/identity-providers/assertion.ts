@@ -14,6 +14,8 @@ export interface IdentityAssertion {
   readonly subject: string;
   readonly jti: string;
   /** Epoch seconds. */
+  readonly issuedAt: number;
+  /** Epoch seconds. */
   readonly expiresAt: number;
   /** The `resource` claim, each a string; empty when the assertion has none. */
   readonly resources: string[];
@@ -132,6 +134,7 @@ function checkGrantClaims(claims: JWTPayload, config: IdentityProviderConfig, cl
     issuer,
     subject: claims.sub,
     jti: claims.jti,
+    issuedAt: iat,
     expiresAt: exp,
     resources: readResources(claims.resource),
     scopes: readScopes(claims.scope),

@@ -30,7 +30,7 @@ export function checkIdentityProviders(config: Pick<Config, 'identityProviders' 
   return problems;
 }
 
-function isHttpsUrl(value: string): boolean {
+export function isHttpsUrl(value: string): boolean {
   try {
     const url = new URL(value);
     return url.protocol === 'https:' && url.username === '' && url.password === '' && url.hash === '';

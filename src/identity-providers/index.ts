@@ -70,6 +70,11 @@ export class IdentityProviders {
     }));
   }
 
+  /** A trusted issuer's settings and key set (its Security Event Tokens are checked with the keys of its assertions); undefined when it is not one. */
+  trusted(issuer: string): TrustedProvider | undefined {
+    return this.providers.get(issuer);
+  }
+
   /** The settings of a trusted issuer; undefined when it is not one. */
   provider(issuer: string): IdentityProviderConfig | undefined {
     return this.providers.get(issuer)?.config;

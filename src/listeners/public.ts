@@ -9,6 +9,7 @@ import { nextRequestId } from '../observability/request-id.js';
 import { observeRequests } from '../observability/requests.js';
 import { registerResourceMetadata } from '../resource/metadata-endpoint.js';
 import { registerJwks } from '../identity/jwks-endpoint.js';
+import { registerPushEndpoint } from '../shared-signals/index.js';
 import { createListenerGuard, type ListenerLimits } from './guard.js';
 import { answerUnrouted } from './unrouted.js';
 
@@ -58,6 +59,8 @@ export async function routePublicListener(app: FastifyInstance, context: Tokenga
   await registerResourceMetadata(app, context);
   // The keys that sign identity assertions, for the resource services to verify them.
   if (context.identity !== null) await registerJwks(app, context.identity, context);
+  // Security Event Tokens pushed by identity providers' transmitters, while one pushes.
+  if (context.sharedSignals.pushes) await registerPushEndpoint(app, context.sharedSignals, context);
   return registerGateway(app, context);
 }
 
@@ -67,9 +70,10 @@ export function publicLimits(config: Readonly<Config>, methods: readonly string[
   return { requestTimeoutMs, maxConnections, maxConnectionsPerAddress, methods };
 }
 
-/** The methods the public listener serves (its Allow to a CONNECT): the issuer's and the routes'. */
+/** The methods the public listener serves (its Allow to a CONNECT): the issuer's, the push endpoint's and the routes'. */
 function publicMethods(config: Readonly<Config>): string[] {
   const methods = new Set(config.issuer.enabled ? ['GET', 'HEAD', 'POST'] : []);
+  if (config.identityProviders.some((provider) => provider.sharedSignals?.delivery === 'push')) methods.add('POST');
   for (const route of config.routes) for (const method of route.methods) methods.add(method);
   return [...methods];
 }

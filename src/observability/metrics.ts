@@ -22,6 +22,7 @@ export function createMetrics() {
     ...cacheMetrics(registry, registers),
     ...storeMetrics(registers),
     ...issuerMetrics(registers),
+    ...sharedSignalsMetrics(registers),
     ...listenerMetrics(registers),
   };
 }
@@ -219,6 +220,37 @@ function issuerMetrics(registers: Registry[]) {
       name: 'tokengate_authorization_responses_total',
       help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',
       labelNames: ['result'] as const,
+      registers,
+    }),
+  };
+}
+
+/** The Shared Signals receivers (docs/continuous-access.md): `provider` is a receiver's configured name, one of a few. */
+function sharedSignalsMetrics(registers: Registry[]) {
+  return {
+    sharedSignalsEvents: new Counter({
+      name: 'tokengate_shared_signals_events_total',
+      help: 'Events received in verified Security Event Tokens, by provider, type (the short name, or other) and outcome (applied, no_effect, recorded, duplicate, unknown_type, unsupported_subject, failed).',
+      labelNames: ['provider', 'type', 'outcome'] as const,
+      registers,
+    }),
+    sharedSignalsRefusals: new Counter({
+      name: 'tokengate_shared_signals_refusals_total',
+      help: 'Security Event Tokens refused, by provider and RFC 8935 error (invalid_request, invalid_key, invalid_issuer, invalid_audience, authentication_failed, access_denied).',
+      labelNames: ['provider', 'error'] as const,
+      registers,
+    }),
+    sharedSignalsPollLag: new Histogram({
+      name: 'tokengate_shared_signals_poll_lag_seconds',
+      help: "Time from a polled event's iat to its application, by provider.",
+      labelNames: ['provider'] as const,
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600],
+      registers,
+    }),
+    sharedSignalsPolls: new Counter({
+      name: 'tokengate_shared_signals_polls_total',
+      help: 'Polls of a transmitter, by provider and result (answered, failed).',
+      labelNames: ['provider', 'result'] as const,
       registers,
     }),
   };

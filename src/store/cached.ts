@@ -357,6 +357,10 @@ export class CachedTokens implements Tokens {
     return this.tokens.revokeIdentityTokens(issuer, subject);
   }
 
+  revokeIdentityEmailTokens(issuer: string, email: string): Promise<number> {
+    return this.tokens.revokeIdentityEmailTokens(issuer, email);
+  }
+
   // The rest of the port: nothing the cache holds depends on them (a refresh token is never cached, and revoking one announces no access token).
 
   saveRefreshToken(digest: string, record: RefreshTokenRecord): Promise<void> {

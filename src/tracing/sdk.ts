@@ -110,6 +110,10 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
       span.setAttribute('tokengate.listener', listener);
       return new RecordedTrace(span, method, tracer, propagator);
     },
+    startSpan(name) {
+      if (parentOf(NO_HEADERS) === UNTRACED) return null;
+      return new StepSpan(tracer.startSpan(name, { kind: SpanKind.INTERNAL }, ROOT_CONTEXT));
+    },
     async shutdown() {
       await provider.shutdown();
     },

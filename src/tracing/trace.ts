@@ -16,6 +16,11 @@ export interface Tracing {
    * `tracestate` (the sampling decision is taken here, once).
    */
   startRequest(listener: 'public' | 'decisions', method: string, headers: IncomingHttpHeaders): RequestTrace;
+  /**
+   * A span of work no request started (an event a poller received): a trace of its own,
+   * sampled as a request without a caller is; null when not recorded.
+   */
+  startSpan(name: string): ChildSpan | null;
   /** Exports what is queued (within the export timeout) and stops. */
   shutdown(): Promise<void>;
 }

@@ -1,4 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import type { IncomingHttpHeaders, Server } from 'node:http';
@@ -6,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTicketingApi } from '../../examples/ticketing-api/server.mjs';
 import { rawRequest } from './gateway.js';
+import { ROOT } from './markdown.js';
 import { acceptsConnections, freePort } from './ports.js';
 
 /** A real ingress (nginx, Caddy) run as the current user, every file in its own temporary directory. */
@@ -18,6 +20,30 @@ export interface Ingress {
   /** What the ingress wrote to its error log or stderr so far. */
   log(): string;
   close(): Promise<void>;
+}
+
+/**
+ * Requests with one token from a child process (autocannon, 4 connections, 400 a second: in this
+ * process it would delay the sidecars' own event loop, which the revocation feed goes through),
+ * until stopped; stop() resolves with the count of 2xx answers, other answers and errors.
+ */
+export function startLoad(url: string, token: string): { stop(): Promise<{ ok: number; other: number; errors: number }> } {
+  const script = `
+    const instance = require('autocannon')({ url: process.argv[1], connections: 4, overallRate: 400, duration: 600, headers: { authorization: process.argv[2] } },
+      (error, result) => process.stdout.write(JSON.stringify({ ok: result['2xx'], other: result.non2xx, errors: result.errors })));
+    process.stdin.on('end', () => instance.stop());
+    process.stdin.resume();`;
+  const child = spawn(process.execPath, ['-e', script, url, `Bearer ${token}`], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] });
+  let output = '';
+  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const exited = once(child, 'exit');
+  return {
+    async stop() {
+      child.stdin!.end();
+      await exited;
+      return JSON.parse(output) as { ok: number; other: number; errors: number };
+    },
+  };
 }
 
 /** Whether `program` runs here (`nginx -v`, `caddy version`). */

@@ -6,7 +6,9 @@ import { TokengateError } from '../../errors.js';
 import { permittedResources } from '../../resource/audience.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import type { ApplicationRecord } from '../../store/store.js';
-import { issueTokens } from '../issue-tokens.js';
+import type { SharedSignals } from '../../shared-signals/index.js';
+import { tokenDigest } from '../../token/token-value.js';
+import { issueTokens, type TokenResponse } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
 import type { GrantType } from './grant-type.js';
 
@@ -38,9 +40,12 @@ export const jwtBearer: GrantType = {
     // A reload may have removed the provider while its keys were being fetched.
     const provider = providers.provider(assertion.issuer);
     if (provider === undefined) throw refused('iss', 'is not a trusted identity provider');
-    const userId = await subjectUser(context, assertion, provider);
+    const email = assertedEmail(assertion, provider);
+    const signals = context.sharedSignals.watches(assertion.issuer) ? context.sharedSignals : null;
+    await signals?.checkAssertion(assertion.issuer, assertion.subject, email, assertion.issuedAt);
+    const userId = await subjectUser(context, email, provider);
     await providers.spend(assertion);
-    return issueTokens(
+    const issued = await issueTokens(
       context,
       {
         kind: 'user',
@@ -54,12 +59,34 @@ export const jwtBearer: GrantType = {
         audience,
         grantAudience: audience,
         withRefreshToken: false,
-        identity: { issuer: assertion.issuer, subject: assertion.subject },
+        identity: { issuer: assertion.issuer, subject: assertion.subject, email },
       },
       trace,
     );
+    if (signals !== null) await checkAfterSave(context, signals, assertion, email, issued);
+    return issued;
   },
 };
+
+/**
+ * The provider's word may have come while the token was being saved: a revocation that read
+ * the subject's tokens before the save could not take this one, but it recorded itself first,
+ * so the check after the save sees it and takes the token back.
+ */
+async function checkAfterSave(
+  context: TokengateContext,
+  signals: SharedSignals,
+  assertion: IdentityAssertion,
+  email: string,
+  issued: TokenResponse,
+): Promise<void> {
+  try {
+    await signals.checkAssertion(assertion.issuer, assertion.subject, email, assertion.issuedAt);
+  } catch (refusal) {
+    await context.store.tokens.revokeAccessToken(tokenDigest(issued.access_token));
+    throw refusal;
+  }
+}
 
 /**
  * The token's resources: those the assertion names (`resource`), each registered here and
@@ -102,14 +129,18 @@ function assertedScopes(
   return issued;
 }
 
-/**
- * The tokengate user the assertion's subject is: the user whose e-mail address is in the
- * provider's user claim, created then when the operator turned `jitUsers` on.
- */
-async function subjectUser(context: TokengateContext, assertion: IdentityAssertion, provider: IdentityProviderConfig): Promise<string> {
+/** The e-mail address (lower-cased) in the provider's user claim: who the assertion's subject is here. */
+function assertedEmail(assertion: IdentityAssertion, provider: IdentityProviderConfig): string {
   const value = assertion.claims[provider.userClaim];
   if (typeof value !== 'string' || value === '') throw refused('sub', `has no ${provider.userClaim} claim to find its user by`);
-  const email = value.toLowerCase();
+  return value.toLowerCase();
+}
+
+/**
+ * The tokengate user with the asserted e-mail address, created then when the operator turned
+ * `jitUsers` on.
+ */
+async function subjectUser(context: TokengateContext, email: string, provider: IdentityProviderConfig): Promise<string> {
   const users = context.store.users;
   const existing = await users.findByEmail(email);
   if (existing !== null) return existing.id;

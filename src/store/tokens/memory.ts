@@ -3,6 +3,7 @@ import { consume, type Consumed } from '../single-use.js';
 import {
   exchangeIndex,
   exchangeIndexes,
+  identityEmailIndex,
   identityIndexes,
   identityIssuerIndex,
   identitySubjectIndex,
@@ -80,6 +81,10 @@ export class MemoryTokens implements Tokens {
 
   async revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
     return this.revokeIndexed(subject === undefined ? identityIssuerIndex(issuer) : identitySubjectIndex(issuer, subject), false);
+  }
+
+  async revokeIdentityEmailTokens(issuer: string, email: string): Promise<number> {
+    return this.revokeIndexed(identityEmailIndex(issuer, email), false);
   }
 
   async subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {

@@ -58,15 +58,27 @@ export interface IdentityOrigin {
   issuer: string;
   /** Its `sub`. */
   subject: string;
+  /**
+   * The e-mail address (lower-cased) the assertion named its user by: the provider may name the
+   * same person by it (a Shared Signals subject of format `email`). Absent on tokens issued before it was kept.
+   */
+  email?: string;
 }
 
 /**
  * The index names (after `idx:`) of a token issued from an identity assertion: one of every
  * token of the subject, one of every token of the provider (revoked when it is no longer
- * trusted). Hashed: an issuer URL or a subject may be long, and holds characters a key should not.
+ * trusted), and one of every token of the subject's e-mail address at that provider. Hashed: an
+ * issuer URL or a subject may be long, and holds characters a key should not.
  */
 export function identityIndexes(identity: IdentityOrigin): string[] {
-  return [identitySubjectIndex(identity.issuer, identity.subject), identityIssuerIndex(identity.issuer)];
+  const indexes = [identitySubjectIndex(identity.issuer, identity.subject), identityIssuerIndex(identity.issuer)];
+  if (identity.email !== undefined) indexes.push(identityEmailIndex(identity.issuer, identity.email));
+  return indexes;
+}
+
+export function identityEmailIndex(issuer: string, email: string): string {
+  return `idp-email:${hash('sha256', `${issuer}\n${email}`, 'base64url')}`;
 }
 
 export function identitySubjectIndex(issuer: string, subject: string): string {
@@ -163,6 +175,8 @@ export interface Tokens {
   revokeUserClientTokens(userId: string, clientId: string): Promise<number>;
   /** Every token issued from the identity assertions of one subject of a provider, or, without a subject, of the whole provider. */
   revokeIdentityTokens(issuer: string, subject?: string): Promise<number>;
+  /** Every token issued from the identity assertions of a provider that named their user by this e-mail address (lower-cased). */
+  revokeIdentityEmailTokens(issuer: string, email: string): Promise<number>;
 
   /** Starts delivering revocations from every sidecar. Resolves with an unsubscribe function. */
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>>;

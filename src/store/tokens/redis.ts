@@ -4,6 +4,7 @@ import { CONSUME_SCRIPT, type Consumed } from '../single-use.js';
 import {
   exchangeIndex,
   exchangeIndexes,
+  identityEmailIndex,
   identityIndexes,
   identityIssuerIndex,
   identitySubjectIndex,
@@ -91,6 +92,10 @@ export class RedisTokens implements Tokens {
   revokeIdentityTokens(issuer: string, subject?: string): Promise<number> {
     const index = subject === undefined ? identityIssuerIndex(issuer) : identitySubjectIndex(issuer, subject);
     return this.revokeIndexed(this.door.key(`idx:${index}`), false);
+  }
+
+  revokeIdentityEmailTokens(issuer: string, email: string): Promise<number> {
+    return this.revokeIndexed(this.door.key(`idx:${identityEmailIndex(issuer, email)}`), false);
   }
 
   subscribeRevocations(feed: RevocationFeed): Promise<() => Promise<void>> {
