@@ -212,19 +212,26 @@ export class SoakTraffic {
     if (reply.status === 200) this.tokens.markRevoked(token, this.ledger.now());
   }
 
-  /** The authorization page, signing in when the browser has no session there, consent, approval: a code. */
+  /**
+   * The authorization page, signing in when the browser has no session there, then consent and
+   * approval: a code. Every other request asks for the consent page again (`prompt=consent`); the
+   * others are answered at once from the user's remembered grant (a 302 with the code).
+   */
   private async authorizationCode(browser: FormClient): Promise<string | null> {
     const { application, user } = this.deployment;
+    this.askConsent = !this.askConsent;
     const path = authorizePath({
       client_id: application.clientId,
       redirect_uri: application.redirectUri,
       response_type: 'code',
       state: 'soak',
       scope: 'public',
+      ...(this.askConsent ? { prompt: 'consent' } : {}),
     });
     let sentMs = this.ledger.now();
     let page = await browser.get(path).catch(() => ({ status: CUT, text: '', location: null }));
-    this.ledger.record('authorization page', page.status, sentMs, [200]);
+    this.ledger.record('authorization page', page.status, sentMs, [200, 302]);
+    if (page.status === 302) return codeOf(page.location);
     if (page.status !== 200) return null;
     if (page.text.includes('/oauth/authorize/login')) {
       sentMs = this.ledger.now();
@@ -233,16 +240,17 @@ export class SoakTraffic {
       if (signedIn?.status !== 303) return null;
       sentMs = this.ledger.now();
       page = await browser.follow(signedIn).catch(() => ({ status: CUT, text: '', location: null }));
-      this.ledger.record('authorization page', page.status, sentMs, [200]);
+      this.ledger.record('authorization page', page.status, sentMs, [200, 302]);
+      if (page.status === 302) return codeOf(page.location);
       if (page.status !== 200) return null;
     }
     sentMs = this.ledger.now();
     const approved = await browser.post('/oauth/authorize/decision', { ...formFields(page.text), decision: 'approve' }).catch(() => null);
     this.ledger.record('consent', approved?.status ?? CUT, sentMs, [302, 303]);
-    const location = approved?.location;
-    return location === null || location === undefined ? null : new URL(location).searchParams.get('code');
+    return codeOf(approved?.location);
   }
 
+  private askConsent = false;
   private readonly browsers = new Map<string, FormClient>();
   private presentTwice = false;
 
@@ -374,4 +382,9 @@ export class SoakTraffic {
     if (what === 'quota') this.ledger.quotaAdmitted += 1;
     else this.ledger.limitedAdmitted += 1;
   }
+}
+
+/** The code of a redirect to the application, or null. */
+function codeOf(location: string | null | undefined): string | null {
+  return location === null || location === undefined ? null : new URL(location).searchParams.get('code');
 }
