@@ -6,7 +6,7 @@ import { nginxConf } from '../examples/ingress/configs.mjs';
 import { APPLICATION_TOKEN, startUpstream, type Upstream } from './support/gateway.js';
 import { exchange, installed, nginxCommand, startIngress, startTicketingApi, type Ingress, type WireResponse } from './support/ingress.js';
 import { registerApplication, startTokengate, type RunningTokengate } from './support/instance.js';
-import { admittedByPerfectLimiter, countIn, momentsIn, runPaced, type PacedResult } from './support/paced-load.js';
+import { admittedByPerfectLimiter, answeredAtMs, countIn, momentsIn, runPaced, type PacedResult } from './support/paced-load.js';
 import { createTestRedisStore } from './support/redis.js';
 import { ThrowawayRedis } from './support/throwaway-redis.js';
 
@@ -63,25 +63,23 @@ function splitClients(baseUrls: string[], path: string, token: string) {
 }
 
 /**
- * Admitted in [fromMs, toMs): at most the policy (plus its burst and 5 %), and at least 0.9x what
- * a perfect limiter would have admitted of the same requests as they were sent (on a quiet
- * machine, the policy itself; on a busy one, late requests come in bunches past any burst).
+ * Admitted in [fromMs, toMs): at most the policy (plus its burst and 5 %) of the requests sent
+ * then, and at least 0.9x what a perfect limiter admits of the requests answered then, deciding
+ * each when its answer came. On a quiet machine that is the policy itself; on a busy one the
+ * sidecars read requests in bunches (late ones together, past any burst), and the limiter can
+ * only decide a request once it is read.
  */
 function expectWithinPolicy(results: readonly PacedResult[], fromMs: number, toMs: number, admittedStatus = 200): number {
   const admitted = countIn(results, admittedStatus, fromMs, toMs);
   const policy = (RATE * (toMs - fromMs)) / 1000;
-  const perfect = momentsIn(
-    admittedByPerfectLimiter(
-      results.map((result) => result.sentAtMs),
-      RATE,
-      BURST,
-    ),
-    fromMs,
-    toMs,
-  );
+  const answeredAt = results.map(answeredAtMs);
+  const answeredAdmitted = momentsIn(results.filter((result) => result.status === admittedStatus).map(answeredAtMs), fromMs, toMs);
+  const perfect = momentsIn(admittedByPerfectLimiter(answeredAt, RATE, BURST), fromMs, toMs);
   expect(admitted, `admitted in [${fromMs}, ${toMs}) ms`).toBeLessThanOrEqual(1.05 * policy + BURST);
-  expect(admitted, `admitted in [${fromMs}, ${toMs}) ms, where a perfect limiter admits ${perfect}`).toBeGreaterThanOrEqual(0.9 * perfect);
-  // The reference itself: the clients did send at 3x through the window, at least in bunches.
+  expect(answeredAdmitted, `admitted of those answered in [${fromMs}, ${toMs}) ms, where a perfect limiter admits ${perfect}`).toBeGreaterThanOrEqual(
+    0.9 * perfect,
+  );
+  // The reference itself: the clients did send past the policy through the window, at least in bunches.
   expect(perfect, `a perfect limiter's admissions in [${fromMs}, ${toMs}) ms`).toBeGreaterThanOrEqual(0.5 * policy);
   return admitted;
 }
@@ -121,8 +119,8 @@ describe('four sidecars on one Redis', () => {
     const results = await runPaced([...splitClients(bases, '/api/events', token), ...splitClients(bases, '/api/daily', quotaToken)], RUN_MS);
     const rated = results.filter((result) => result.client < SPLIT.length);
     const quota = results.filter((result) => result.client >= SPLIT.length);
-    // The clients did send at 3x: the machine kept up.
-    expect(rated.length).toBeGreaterThan(0.95 * 3 * RATE * (RUN_MS / 1000));
+    // The clients sent well past the policy (3x, less what a busy machine held back at 64 unanswered a client).
+    expect(rated.length).toBeGreaterThan(2 * RATE * (RUN_MS / 1000));
     expect(sentBy(rated, 0)).toBeGreaterThan(5 * sentBy(rated, 1));
     expectOnlyAdmittedOr429(results);
     const windows = expectEveryWindowWithinPolicy(rated);
@@ -252,7 +250,7 @@ describe.skipIf(!installed('nginx', '-v'))('four decision listeners behind nginx
     const token = await applicationOf(sidecars, async () => {});
     const bases = ingresses.map((ingress) => `http://127.0.0.1:${ingress.port}`);
     const results = await runPaced(splitClients(bases, '/api/public/events', token), RUN_MS);
-    expect(results.length).toBeGreaterThan(0.95 * 3 * RATE * (RUN_MS / 1000));
+    expect(results.length).toBeGreaterThan(2 * RATE * (RUN_MS / 1000));
     expectOnlyAdmittedOr429(results);
     const windows = expectEveryWindowWithinPolicy(results);
     // What a client of nginx is told, admitted and refused. The run has just used the budget up:

@@ -70,6 +70,15 @@ export async function runPaced(clients: readonly PacedClient[], durationMs: numb
   return results;
 }
 
+/**
+ * When the answer was read (ms from the start): the latest moment the limiter can have decided
+ * the request. A sidecar that a busy machine kept from its socket for a moment reads the
+ * requests sent meanwhile together, and decides them together.
+ */
+export function answeredAtMs(result: PacedResult): number {
+  return result.sentAtMs + result.latencyMs;
+}
+
 /** Answers with `status` sent in [fromMs, toMs). */
 export function countIn(results: readonly PacedResult[], status: number, fromMs: number, toMs: number): number {
   return results.filter((result) => result.status === status && result.sentAtMs >= fromMs && result.sentAtMs < toMs).length;
