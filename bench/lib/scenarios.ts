@@ -259,6 +259,17 @@ function signedIdentityTokengate(bench: Bench): Promise<Tier | string> {
   );
 }
 
+/**
+ * The cached token on the signed identity's tokengate, on a route without one: the base its
+ * signed row is judged against, measured in turns with it on the same process, so that the ratio
+ * is what the signed identity adds to a request and nothing of two processes' JIT or placement.
+ */
+export const signedIdentityOff: Row = {
+  id: 'signed-identity-off',
+  title: 'tokengate, cached token, route without a signed identity (the signed rows\' tokengate)',
+  tier: signedIdentityTokengate,
+};
+
 export const cacheHitSigned: Row = {
   id: 'cache-hit-signed',
   title: 'tokengate, cached token, signed identity',
