@@ -116,7 +116,7 @@ async function main(): Promise<number> {
   const results: Results = {
     rows: [],
     drift: [],
-    memory: { idleBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
+    memory: { idleBytes: null, importFloorBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
     dpopStoreCommands: null,

@@ -171,6 +171,11 @@ describe('/metrics after traffic', () => {
     expect([...families.keys()].filter((name) => /^tokengate_(process|nodejs)_/.test(name))).toEqual([]);
   });
 
+  it("buckets the collector's pauses from a tenth of a millisecond, where a sidecar's young-generation collections fall", () => {
+    const bounds = new Set(samples.filter((sample) => sample.name === 'nodejs_gc_duration_seconds_bucket').map((sample) => sample.labels.le));
+    expect([...bounds]).toEqual(['0.0001', '0.00025', '0.0005', '0.001', '0.002', '0.005', '0.01', '0.025', '0.1', '1', '5', '+Inf']);
+  });
+
   it('holds only tokengate_, process_ and nodejs_ families', () => {
     expect(families.size).toBeGreaterThan(30);
     expect([...families.keys()].filter((name) => !/^(tokengate|process|nodejs)_/.test(name))).toEqual([]);

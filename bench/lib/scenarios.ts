@@ -7,7 +7,7 @@ import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
 import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxDecisions, startNginxPeer, startNginxProxy, startNodeServer, startTokengate, type Tier } from './services.js';
-import { freePort, type Placement } from './processes.js';
+import { freePort, waitForPort, type Placement } from './processes.js';
 import { ME, ME_CACHED, ME_SIGNED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
@@ -51,13 +51,35 @@ function tokengate(
   });
 }
 
-/** The one-core tokengate; its RSS, read once it has settled after start, is the idle figure. */
+/**
+ * The one-core tokengate; its RSS, read once it has settled after start, is the idle figure,
+ * judged against the import floor's read the same way with the same node flags.
+ */
 function oneCoreTokengate(bench: Bench): Promise<Tier | string> {
   return tokengate(bench, 'tokengate', 'tier', undefined, async (tier) => {
     await sleep(1000);
     bench.results.memory.idleBytes = residentBytes(mainPid(tier));
     bench.results.memory.heapAndBuffers = { idleBytes: heapAndBuffers(await scrapeMetrics(tier.opsUrl!)), cachedBytes: null };
+    bench.results.memory.importFloorBytes = await importFloorBytes(bench);
   });
+}
+
+/** RSS of bench/servers/import-floor.mjs (the stack imported, nothing served), 1 s after it listens, on the tier's CPU and node flags. */
+async function importFloorBytes(bench: Bench): Promise<number> {
+  const port = await freePort();
+  const started = bench.group.spawn('import-floor', 'tier', process.execPath, [
+    ...bench.settings.nodeFlags,
+    'bench/servers/import-floor.mjs',
+    '--port',
+    String(port),
+  ]);
+  try {
+    await waitForPort(started, port);
+    await sleep(1000);
+    return residentBytes(started.pid);
+  } finally {
+    await started.stop();
+  }
 }
 
 /** V8's heap in use and the array buffers outside it (where the token cache keeps its entries), as the process reports them. */
@@ -266,7 +288,7 @@ function signedIdentityTokengate(bench: Bench): Promise<Tier | string> {
  */
 export const signedIdentityOff: Row = {
   id: 'signed-identity-off',
-  title: 'tokengate, cached token, route without a signed identity (the signed rows\' tokengate)',
+  title: "tokengate, cached token, route without a signed identity (the signed rows' tokengate)",
   tier: signedIdentityTokengate,
 };
 
