@@ -111,9 +111,11 @@ function newDumpsTotal(dir: string, id: string, dumps: Set<string>): number {
   let total = 0;
   for (const file of readdirSync(dir)) {
     if (!file.startsWith(`callgrind.${id}.`) || dumps.has(file)) continue;
-    dumps.add(file);
+    // The file without a dump number is created empty at start and written when the process exits.
     const match = /^(?:summary|totals): (\d+)/m.exec(readFileSync(join(dir, file), 'utf8'));
-    if (match !== null) total += Number(match[1]);
+    if (match === null) continue;
+    dumps.add(file);
+    total += Number(match[1]);
   }
   return total;
 }
