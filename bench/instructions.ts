@@ -27,12 +27,13 @@ import { ME, ME_SIGNED, tokengateConfigYaml, type BenchConfigOptions } from './l
  * than the run, so that a batch is exported when it is full, as at a real request rate (under
  * callgrind a server answers a few hundred requests a second and the timer would send many small
  * batches); what is still queued when the counting stops is exported at shutdown, counted as
- * "with the shutdown's export" (the shutdown's own work included). Under callgrind a window
+ * "with the shutdown's export" (the shutdown's own work included). V8 keeps optimizing for
+ * thousands of requests (its compiler threads are counted too): 8,000 of warm-up by default. Under callgrind a window
  * lasts about a minute, so what the process does by the clock (its timers) would weigh as much
  * as a hundred requests: it is counted over an idle 20 s and taken out of each window by its
  * length.
  *
- *   npm run build && node --import tsx bench/instructions.ts [--only floor,cache-hit] [--requests 2000]
+ *   npm run build && node --import tsx bench/instructions.ts [--only floor,cache-hit] [--requests 2000] [--warmup 8000] [--rounds 3]
  */
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -66,7 +67,7 @@ const { values } = parseArgs({
   options: {
     only: { type: 'string' },
     requests: { type: 'string', default: '2000' },
-    warmup: { type: 'string', default: '3000' },
+    warmup: { type: 'string', default: '8000' },
     rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '10' },
   },
@@ -133,6 +134,9 @@ async function main(): Promise<void> {
   const only = values.only === undefined ? null : new Set(values.only.split(','));
   const dir = mkdtempSync(join(tmpdir(), 'tokengate-instructions-'));
   const group = new ProcessGroup(dir, null);
+  const stopOnSignal = () => void group.stopAll().finally(() => process.exit(130));
+  process.once('SIGINT', stopOnSignal);
+  process.once('SIGTERM', stopOnSignal);
   const lines: string[] = [];
   try {
     const redis = await startRedis(group);
