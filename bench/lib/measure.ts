@@ -82,7 +82,15 @@ export interface Results {
     /** V8 heap in use plus array buffers (where the cache keeps its entries), read from /metrics: idle, and with the cache-miss row's tokens cached. */
     heapAndBuffers: { idleBytes: number; cachedBytes: number | null } | null;
     /** The cache-fill row: its own tokengate's RSS idle and with `tokens` cached, and its heap plus buffers likewise. */
-    fill: { tokens: number; idleBytes: number; bytes: number; idleHeapBytes: number; heapBytes: number } | null;
+    fill: {
+      tokens: number;
+      idleBytes: number;
+      bytes: number;
+      idleHeapBytes: number;
+      heapBytes: number;
+      idleSpaces: HeapSpaces;
+      spaces: HeapSpaces | null;
+    } | null;
     /** RSS once a second. */
     soak: number[] | null;
     flood: { beforeBytes: number; during: number[]; after: number[] } | null;
@@ -99,6 +107,12 @@ export interface Results {
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];
+}
+
+/** V8's young generation (what it has reserved) and old generation (in use), from tokengate's /metrics. */
+export interface HeapSpaces {
+  newSpaceBytes: number;
+  oldSpaceUsedBytes: number;
 }
 
 /** What a row's windows send. */

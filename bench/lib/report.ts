@@ -100,7 +100,10 @@ function memoryLines(results: Results): string[] {
   if (fill !== null && fill.tokens > 0)
     lines.push(
       `cache filled with ${fill.tokens} tokens (a tokengate of its own): RSS ${megabytes(fill.idleBytes)} idle, ${megabytes(fill.bytes)} full (+${megabytes(fill.bytes - fill.idleBytes)}); ` +
-        `heap and array buffers ${((fill.heapBytes - fill.idleHeapBytes) / fill.tokens).toFixed(0)} bytes per token`,
+        `heap and array buffers ${((fill.heapBytes - fill.idleHeapBytes) / fill.tokens).toFixed(0)} bytes per token` +
+        (fill.spaces === null
+          ? ''
+          : `; V8's young generation reserved ${megabytes(fill.idleSpaces.newSpaceBytes)} idle, ${megabytes(fill.spaces.newSpaceBytes)} full, old generation in use ${megabytes(fill.idleSpaces.oldSpaceUsedBytes)} idle, ${megabytes(fill.spaces.oldSpaceUsedBytes)} full`),
     );
   if (soak !== null && soak.length >= 2) {
     const [first, second] = halves(soak);

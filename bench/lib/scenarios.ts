@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { percentile } from './load.js';
-import { progress, type Bench, type Row, type Scenario } from './measure.js';
+import { progress, type Bench, type HeapSpaces, type Row, type Scenario } from './measure.js';
 import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
 import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
@@ -85,6 +85,14 @@ async function importFloorBytes(bench: Bench): Promise<number> {
 /** V8's heap in use and the array buffers outside it (where the token cache keeps its entries), as the process reports them. */
 function heapAndBuffers(metrics: Map<string, number>): number {
   return (metrics.get('nodejs_heap_size_used_bytes') ?? Number.NaN) + (metrics.get('nodejs_external_memory_bytes') ?? Number.NaN);
+}
+
+/** The young generation's reserved size and the old generation's use: where a fill's RSS goes beside the cache's arrays. */
+function heapSpaces(metrics: Map<string, number>): HeapSpaces {
+  return {
+    newSpaceBytes: metrics.get('nodejs_heap_space_size_total_bytes{space="new"}') ?? Number.NaN,
+    oldSpaceUsedBytes: metrics.get('nodejs_heap_space_size_used_bytes{space="old"}') ?? Number.NaN,
+  };
 }
 
 function nodeTier(bench: Bench, name: string, script: string): Promise<Tier | string> {
@@ -392,7 +400,15 @@ export const cacheFill: Row = {
     const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, bench.settings.fillTokens));
     progress(`seeded ${bench.settings.fillTokens} tokens in ${((performance.now() - seeded) / 1000).toFixed(1)} s`);
     const idle = await scrapeMetrics(tier.opsUrl!);
-    bench.results.memory.fill = { tokens: 0, idleBytes: residentBytes(mainPid(tier)), bytes: 0, idleHeapBytes: heapAndBuffers(idle), heapBytes: 0 };
+    bench.results.memory.fill = {
+      tokens: 0,
+      idleBytes: residentBytes(mainPid(tier)),
+      bytes: 0,
+      idleHeapBytes: heapAndBuffers(idle),
+      heapBytes: 0,
+      idleSpaces: heapSpaces(idle),
+      spaces: null,
+    };
     return {
       request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) },
       // In windows short enough for the load's time limit; each token is sent once over all of them.
@@ -405,6 +421,7 @@ export const cacheFill: Row = {
       tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN,
       bytes: residentBytes(mainPid(tier)),
       heapBytes: heapAndBuffers(metrics),
+      spaces: heapSpaces(metrics),
     });
   },
 };
