@@ -204,10 +204,11 @@ async function main(): Promise<void> {
       for (const route of server.routes) {
         const windows = counts.get(route.id)!;
         const perRequest = windows.map((window) => (window.instructions - idlePerSecond * window.seconds) / REQUESTS);
-        const median = [...perRequest].sort((a, b) => a - b)[Math.floor(perRequest.length / 2)]!;
+        // A window with a full collection or a recompilation counts it: the lowest is the request's own work.
+        const lowest = Math.min(...perRequest);
         const figure = (value: number) => Math.round(value).toLocaleString('en');
         lines.push(
-          `| ${route.id} | ${figure(median)} | ${perRequest.map(figure).join(' / ')} | ${windows.map((window) => figure(window.instructions / REQUESTS)).join(' / ')} | ${figure(idlePerSecond)} | ${figure(shutdown / REQUESTS)} |`,
+          `| ${route.id} | ${figure(lowest)} | ${perRequest.map(figure).join(' / ')} | ${windows.map((window) => figure(window.instructions / REQUESTS)).join(' / ')} | ${figure(idlePerSecond)} | ${figure(shutdown / REQUESTS)} |`,
         );
       }
     }
@@ -218,7 +219,7 @@ async function main(): Promise<void> {
   const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   process.stdout.write(
     `${new Date().toISOString()}, Node ${process.version}, node flags ${settings.nodeFlags.join(' ') || 'none'}, ${REQUESTS} requests per window after ${WARMUP} of warm-up, ${CONNECTIONS} connections, load average ${load}; dumps in ${dir}\n\n` +
-      `| row | instructions per request (median) | each round, the idle rate taken out | each round as counted | idle instructions per second | shutdown (with the last export) per request of a window |\n|---|---|---|---|---|---|\n${lines.join('\n')}\n`,
+      `| row | instructions per request (the lowest window) | each round, the idle rate taken out | each round as counted | idle instructions per second | shutdown (with the last export) per request of a window |\n|---|---|---|---|---|---|\n${lines.join('\n')}\n`,
   );
 }
 
