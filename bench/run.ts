@@ -36,6 +36,7 @@ import {
   nginxLru,
   nginxRedis,
   revocation,
+  signedIdentityOff,
   soak,
   tracingAll,
   tracingOff,
@@ -71,8 +72,9 @@ const SCENARIOS: Scenario[] = [
   ]),
   // Right after the cached-token row, on the same tokengate; alone, so that its Redis commands are its own.
   rowsInTurns('dpop', [cacheHitDpop(cacheHit.tier)]),
-  // The signed identity, on a tokengate of its own: a cached token (compared with cache-hit) and a cache miss, each signed.
-  rowsInTurns('signed-identity', [cacheHitSigned, cacheMissSigned]),
+  // The signed identity, on a tokengate of its own: the cached token on a route without one and on one with it (the
+  // two compared, in turns on one process), and a cache miss, signed.
+  rowsInTurns('signed-identity', [signedIdentityOff, cacheHitSigned, cacheMissSigned]),
   rowsInTurns('added-latency', [directAtRate, cacheHitAtRate]),
   rowsInTurns('forged', [forgedFlood]),
   rowsInTurns('issuance', [issuance]),
@@ -114,7 +116,7 @@ async function main(): Promise<number> {
   const results: Results = {
     rows: [],
     drift: [],
-    memory: { idleBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
+    memory: { idleBytes: null, importFloorBytes: null, cached: null, heapAndBuffers: null, fill: null, soak: null, flood: null },
     revocation: null,
     forgedStoreCalls: null,
     dpopStoreCommands: null,

@@ -6,6 +6,7 @@ import { basicAuthorization, postForm, registerApplication, startTokengate, type
 import { readDocument } from './support/markdown.js';
 import { parseExposition, type Sample } from './support/metrics.js';
 import { freePort } from './support/ports.js';
+import { eventually } from './support/wait.js';
 
 /**
  * What Prometheus scrapes from /metrics after real traffic: tokengate's own families with their
@@ -169,6 +170,18 @@ describe('/metrics after traffic', () => {
     expect(families.get('nodejs_eventloop_lag_seconds')).toBe('gauge');
     expect(families.get('nodejs_gc_duration_seconds')).toBe('histogram');
     expect([...families.keys()].filter((name) => /^tokengate_(process|nodejs)_/.test(name))).toEqual([]);
+  });
+
+  it("buckets the collector's pauses from a tenth of a millisecond, where a sidecar's young-generation collections fall", async () => {
+    // A series appears with the first collection it observes: young-generation garbage until one has.
+    let bounds: string[] = [];
+    await eventually(async () => {
+      for (let round = 0; round < 200; round++) new Array(10_000).fill(round);
+      const scraped = parseExposition(await (await fetch(`${running.opsUrl}/metrics`)).text());
+      bounds = [...new Set(scraped.filter((sample) => sample.name === 'nodejs_gc_duration_seconds_bucket').map((sample) => sample.labels.le!))];
+      return bounds.length > 0;
+    }, 10_000);
+    expect(bounds).toEqual(['0.0001', '0.00025', '0.0005', '0.001', '0.002', '0.005', '0.01', '0.025', '0.1', '1', '5', '+Inf']);
   });
 
   it('holds only tokengate_, process_ and nodejs_ families', () => {

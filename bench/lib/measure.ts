@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { RedisStore } from '../../src/store/redis.js';
 import type { TokenMinter } from '../../src/token/token-value.js';
 import { runLoadWindow, summarizeLoad, type LoadOptions, type LoadResult, type LoadWindow } from './load.js';
-import { cacheLookupsBetween, scrapeMetrics, type CacheLookups } from './metrics.js';
+import { cacheLookupsBetween, gcPausesBetween, pauseQuantile, scrapeMetrics, type CacheLookups } from './metrics.js';
 import { totalCpuMilliseconds } from './proc.js';
 import { logTail, type ProcessGroup } from './processes.js';
 import type { Tier } from './services.js';
@@ -51,6 +51,8 @@ export interface RowResult {
   cacheHitPercent: number | null;
   /** Each round's window alone, in order: what a target's per-round comparison pairs (./verdict.ts). */
   rounds: RoundFigures[];
+  /** tokengate's garbage collections over the row's windows and the bucket bound of their pauses' p99 (from its /metrics); null for other tiers. */
+  gcPauses: { collections: number; p99Seconds: number | null } | null;
 }
 
 export interface RoundFigures {
@@ -74,11 +76,21 @@ export interface Results {
   drift: DriftProbe[];
   memory: {
     idleBytes: number | null;
+    /** RSS of the stack's modules imported and nothing served (bench/servers/import-floor.mjs), read as idleBytes is. */
+    importFloorBytes: number | null;
     cached: { tokens: number; bytes: number } | null;
     /** V8 heap in use plus array buffers (where the cache keeps its entries), read from /metrics: idle, and with the cache-miss row's tokens cached. */
     heapAndBuffers: { idleBytes: number; cachedBytes: number | null } | null;
     /** The cache-fill row: its own tokengate's RSS idle and with `tokens` cached, and its heap plus buffers likewise. */
-    fill: { tokens: number; idleBytes: number; bytes: number; idleHeapBytes: number; heapBytes: number } | null;
+    fill: {
+      tokens: number;
+      idleBytes: number;
+      bytes: number;
+      idleHeapBytes: number;
+      heapBytes: number;
+      idleSpaces: HeapSpaces;
+      spaces: HeapSpaces | null;
+    } | null;
     /** RSS once a second. */
     soak: number[] | null;
     flood: { beforeBytes: number; during: number[]; after: number[] } | null;
@@ -95,6 +107,12 @@ export interface Results {
   /** Rows skipped (nginx absent, a config key this build lacks) and windows cut short. */
   notes: string[];
   failures: string[];
+}
+
+/** V8's young generation (what it has reserved) and old generation (in use), from tokengate's /metrics. */
+export interface HeapSpaces {
+  newSpaceBytes: number;
+  oldSpaceUsedBytes: number;
 }
 
 /** What a row's windows send. */
@@ -168,6 +186,8 @@ interface Window {
   load: LoadWindow;
   cpuMs: number;
   lookups: CacheLookups | null;
+  /** Collections during the window, cumulative by pause bucket bound (seconds). */
+  gcPauses: Map<number, number> | null;
 }
 
 async function measureRows(bench: Bench, scenario: string, rows: Row[], shape: Shape): Promise<void> {
@@ -253,8 +273,9 @@ async function measureWindow(bench: Bench, { row, tier, traffic }: Contender, se
   }
   if (amount !== undefined && load.requests < amount)
     bench.results.notes.push(`${row.id}: a window stopped after ${settings.maxWindowSeconds} s, at ${load.requests} of ${amount} requests`);
-  const lookups = metricsBefore === null ? null : cacheLookupsBetween(metricsBefore, await scrapeMetrics(tier.opsUrl!));
-  return { load, cpuMs, lookups };
+  const metricsAfter = metricsBefore === null ? null : await scrapeMetrics(tier.opsUrl!);
+  const lookups = metricsAfter === null ? null : cacheLookupsBetween(metricsBefore!, metricsAfter);
+  return { load, cpuMs, lookups, gcPauses: metricsAfter === null ? null : gcPausesBetween(metricsBefore!, metricsAfter) };
 }
 
 /**
@@ -293,10 +314,17 @@ function pool(scenario: string, row: Row, windows: Window[]): RowResult {
         lookups: 0,
       })
     : null;
+  let gcPauses: RowResult['gcPauses'] = null;
+  if (windows.length > 0 && windows.every((window) => window.gcPauses !== null)) {
+    const pooled = new Map<number, number>();
+    for (const window of windows) for (const [bound, count] of window.gcPauses!) pooled.set(bound, (pooled.get(bound) ?? 0) + count);
+    gcPauses = { collections: pooled.get(Infinity) ?? 0, p99Seconds: pauseQuantile(pooled, 0.99) };
+  }
   return {
     id: row.id,
     title: row.title,
     scenario,
+    gcPauses,
     load,
     windows: windows.length,
     tierCpuMsPer1k: (cpuMs * 1000) / load.requests,

@@ -36,3 +36,23 @@ export function cacheLookupsBetween(before: Map<string, number>, after: Map<stri
 }
 
 export const CACHED_TOKENS = 'tokengate_cache_entries{kind="valid"}';
+
+/** Garbage collections between two scrapes, by the upper bound (seconds) of their pause's bucket in `nodejs_gc_duration_seconds`, every kind together. */
+export function gcPausesBetween(before: Map<string, number>, after: Map<string, number>): Map<number, number> {
+  const cumulative = new Map<number, number>();
+  for (const [series, value] of after) {
+    const bound = /^nodejs_gc_duration_seconds_bucket\{.*le="([^"]+)"/.exec(series)?.[1];
+    if (bound === undefined) continue;
+    const le = bound === '+Inf' ? Infinity : Number(bound);
+    cumulative.set(le, (cumulative.get(le) ?? 0) + value - (before.get(series) ?? 0));
+  }
+  return cumulative;
+}
+
+/** The bucket bound under which `share` of the collections counted in `cumulative` paused; null when none ran. */
+export function pauseQuantile(cumulative: Map<number, number>, share: number): number | null {
+  const bounds = [...cumulative.keys()].sort((a, b) => a - b);
+  const total = cumulative.get(Infinity) ?? 0;
+  if (total === 0) return null;
+  return bounds.find((bound) => cumulative.get(bound)! >= share * total) ?? Infinity;
+}

@@ -2,12 +2,12 @@ import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { percentile } from './load.js';
-import { progress, type Bench, type Row, type Scenario } from './measure.js';
+import { progress, type Bench, type HeapSpaces, type Row, type Scenario } from './measure.js';
 import { CACHED_TOKENS, scrapeMetrics } from './metrics.js';
 import { residentBytes } from './proc.js';
 import { rotation, seedUserTokens, unknownTokens } from './fixtures.js';
 import { startNginxDecisions, startNginxPeer, startNginxProxy, startNodeServer, startTokengate, type Tier } from './services.js';
-import { freePort, type Placement } from './processes.js';
+import { freePort, waitForPort, type Placement } from './processes.js';
 import { ME, ME_CACHED, ME_SIGNED, OVER_LIMIT, OVER_LIMIT_RATE, RATE_LIMITED } from './tokengate-config.js';
 import { nginxVersion } from './nginx.js';
 import { commandsExecuted } from './redis.js';
@@ -51,18 +51,48 @@ function tokengate(
   });
 }
 
-/** The one-core tokengate; its RSS, read once it has settled after start, is the idle figure. */
+/**
+ * The one-core tokengate; its RSS, read once it has settled after start, is the idle figure,
+ * judged against the import floor's read the same way with the same node flags.
+ */
 function oneCoreTokengate(bench: Bench): Promise<Tier | string> {
   return tokengate(bench, 'tokengate', 'tier', undefined, async (tier) => {
     await sleep(1000);
     bench.results.memory.idleBytes = residentBytes(mainPid(tier));
     bench.results.memory.heapAndBuffers = { idleBytes: heapAndBuffers(await scrapeMetrics(tier.opsUrl!)), cachedBytes: null };
+    bench.results.memory.importFloorBytes = await importFloorBytes(bench);
   });
+}
+
+/** RSS of bench/servers/import-floor.mjs (the stack imported, nothing served), 1 s after it listens, on the tier's CPU and node flags. */
+async function importFloorBytes(bench: Bench): Promise<number> {
+  const port = await freePort();
+  const started = bench.group.spawn('import-floor', 'tier', process.execPath, [
+    ...bench.settings.nodeFlags,
+    'bench/servers/import-floor.mjs',
+    '--port',
+    String(port),
+  ]);
+  try {
+    await waitForPort(started, port);
+    await sleep(1000);
+    return residentBytes(started.pid);
+  } finally {
+    await started.stop();
+  }
 }
 
 /** V8's heap in use and the array buffers outside it (where the token cache keeps its entries), as the process reports them. */
 function heapAndBuffers(metrics: Map<string, number>): number {
   return (metrics.get('nodejs_heap_size_used_bytes') ?? Number.NaN) + (metrics.get('nodejs_external_memory_bytes') ?? Number.NaN);
+}
+
+/** The young generation's reserved size and the old generation's use: where a fill's RSS goes beside the cache's arrays. */
+function heapSpaces(metrics: Map<string, number>): HeapSpaces {
+  return {
+    newSpaceBytes: metrics.get('nodejs_heap_space_size_total_bytes{space="new"}') ?? Number.NaN,
+    oldSpaceUsedBytes: metrics.get('nodejs_heap_space_size_used_bytes{space="old"}') ?? Number.NaN,
+  };
 }
 
 function nodeTier(bench: Bench, name: string, script: string): Promise<Tier | string> {
@@ -259,6 +289,17 @@ function signedIdentityTokengate(bench: Bench): Promise<Tier | string> {
   );
 }
 
+/**
+ * The cached token on the signed identity's tokengate, on a route without one: the base its
+ * signed row is judged against, measured in turns with it on the same process, so that the ratio
+ * is what the signed identity adds to a request and nothing of two processes' JIT or placement.
+ */
+export const signedIdentityOff: Row = {
+  id: 'signed-identity-off',
+  title: "tokengate, cached token, route without a signed identity (the signed rows' tokengate)",
+  tier: signedIdentityTokengate,
+};
+
 export const cacheHitSigned: Row = {
   id: 'cache-hit-signed',
   title: 'tokengate, cached token, signed identity',
@@ -359,7 +400,15 @@ export const cacheFill: Row = {
     const next = rotation(await seedUserTokens(bench.redis.store, bench.minter, bench.settings.fillTokens));
     progress(`seeded ${bench.settings.fillTokens} tokens in ${((performance.now() - seeded) / 1000).toFixed(1)} s`);
     const idle = await scrapeMetrics(tier.opsUrl!);
-    bench.results.memory.fill = { tokens: 0, idleBytes: residentBytes(mainPid(tier)), bytes: 0, idleHeapBytes: heapAndBuffers(idle), heapBytes: 0 };
+    bench.results.memory.fill = {
+      tokens: 0,
+      idleBytes: residentBytes(mainPid(tier)),
+      bytes: 0,
+      idleHeapBytes: heapAndBuffers(idle),
+      heapBytes: 0,
+      idleSpaces: heapSpaces(idle),
+      spaces: null,
+    };
     return {
       request: { method: 'GET', path: ME, setupRequest: (request) => ({ ...request, headers: bearer(next()) }) },
       // In windows short enough for the load's time limit; each token is sent once over all of them.
@@ -372,6 +421,7 @@ export const cacheFill: Row = {
       tokens: metrics.get(CACHED_TOKENS) ?? Number.NaN,
       bytes: residentBytes(mainPid(tier)),
       heapBytes: heapAndBuffers(metrics),
+      spaces: heapSpaces(metrics),
     });
   },
 };

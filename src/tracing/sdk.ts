@@ -72,7 +72,7 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
   const tracer = provider.getTracer('tokengate');
   const propagator = new W3CTraceContextPropagator();
   const rootRatio = rootRatioOf(settings);
-  const rootSampler = new TraceIdRatioBasedSampler(rootRatio);
+  const rootBound = ratioBound(rootRatio);
   const followsParent = settings.sampler.startsWith('parentbased_');
 
   /**
@@ -84,11 +84,7 @@ export function createTracing(settings: TracingSettings, counts: SpanCounts, log
   function parentOf(headers: IncomingHttpHeaders): Context | RequestTrace {
     if (headers.traceparent === undefined) {
       if (rootRatio === 0) return UNTRACED;
-      if (rootRatio < 1) {
-        const traceId = ids.fresh();
-        if (rootSampler.shouldSample(ROOT_CONTEXT, traceId).decision !== SamplingDecision.RECORD_AND_SAMPLED) return UNTRACED;
-        ids.preset = traceId;
-      }
+      if (rootRatio < 1 && !ids.drawSampled(rootBound)) return UNTRACED;
       return ROOT_CONTEXT;
     }
     const parent = propagator.extract(ROOT_CONTEXT, headers, HEADER_GETTER);
@@ -174,13 +170,31 @@ function rootRatioOf(settings: TracingSettings): number {
   return settings.samplerRatio;
 }
 
+/**
+ * TraceIdRatioBasedSampler's bound for `ratio`: a trace id is sampled when the XOR of its four
+ * 32-bit words is below it (its `_accumulate`, on the id's hex).
+ */
+function ratioBound(ratio: number): number {
+  return ratio >= 1 ? 2 ** 32 : ratio <= 0 ? 0 : Math.floor(ratio * 4294967295);
+}
+
 /** Random ids, except a root span's trace id when the root sampling decision was taken on it already. */
 class PresetTraceIds implements IdGenerator {
   private readonly random = new RandomIdGenerator();
-  preset: string | null = null;
+  private preset: string | null = null;
 
-  fresh(): string {
-    return this.random.generateTraceId();
+  /**
+   * Draws a root trace id's four random words and takes TraceIdRatioBasedSampler's decision on
+   * them (the XOR of the words against `bound`, as it computes it from the hex), so that the id
+   * is written out as hex only for a request that is recorded: it is then the next trace id
+   * handed out, and the ratio sampler would decide the same on it. An id of zeros is invalid,
+   * never sampled, as the SDK's sampler refuses it.
+   */
+  drawSampled(bound: number): boolean {
+    const [a, b, c, d] = [randomWord(), randomWord(), randomWord(), randomWord()];
+    if ((a ^ b ^ c ^ d) >>> 0 >= bound || (a | b | c | d) === 0) return false;
+    this.preset = hexWord(a) + hexWord(b) + hexWord(c) + hexWord(d);
+    return true;
   }
 
   generateTraceId(): string {
@@ -283,6 +297,9 @@ class StepSpan implements ChildSpan {
     this.span.end();
   }
 }
+
+const randomWord = () => (Math.random() * 2 ** 32) >>> 0;
+const hexWord = (word: number) => word.toString(16).padStart(8, '0');
 
 const RECORD_ROOT: SamplingResult = Object.freeze({ decision: SamplingDecision.RECORD_AND_SAMPLED });
 
