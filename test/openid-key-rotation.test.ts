@@ -56,7 +56,10 @@ describe('ID token key rotation', () => {
     const login = await browser.get(authorizePath({ client_id: 'festival', redirect_uri: REDIRECT_URI, response_type: 'code', scope: 'openid', state: 's' }));
     const consent = await browser.follow(await browser.post('/oauth/authorize/login', { ...formFields(login.text), email: EMAIL, password: PASSWORD }));
     const approved = await browser.post('/oauth/authorize/decision', { ...formFields(consent.text), decision: 'approve' });
-    let tokens = await oidc.authorizationCodeGrant(config, new URL(approved.location!), { expectedState: 's', idTokenExpected: true });
+    let tokens: oidc.TokenEndpointResponse & oidc.TokenEndpointResponseHelpers = await oidc.authorizationCodeGrant(config, new URL(approved.location!), {
+      expectedState: 's',
+      idTokenExpected: true,
+    });
 
     const kidsInTurn: string[] = [];
     const failures: unknown[] = [];
