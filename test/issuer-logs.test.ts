@@ -98,3 +98,39 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
   expect(log).toContain('wrong client secret');
   for (const secret of secrets) expect(log, 'a secret reached the log').not.toContain(secret);
 });
+
+it("keeps OpenID Connect's secrets out of the log: the id_token_hint, the login_hint's address, the ID token", async () => {
+  const openidLines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      openidLines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const openid = await startTokengate('issuer-logs-openid', { logger: pino(loggerOptions('trace'), sink), config: { openidConnect: { enabled: true } } });
+  try {
+    const app = await registerApplication(openid.store, { scopes: ['openid', 'email'] });
+    const now = Math.floor(Date.now() / 1000);
+    const hint = await openid.tokengate.context.openid!.sign(
+      { iss: openid.tokengate.context.openid!.issuer, sub: 'user-1', aud: app.clientId, iat: now, exp: now + 60 },
+      'RS256',
+      'JWT',
+    );
+    const address = `hinted-${randomBytes(4).toString('hex')}@example.com`;
+    const query = new URLSearchParams({
+      client_id: app.clientId,
+      redirect_uri: app.redirectUri,
+      response_type: 'code',
+      scope: 'openid',
+      id_token_hint: hint,
+      login_hint: address,
+    });
+    expect((await fetch(`${openid.baseUrl}/oauth/authorize?${query.toString()}`)).status).toBe(200);
+    const log = openidLines.join('\n');
+    expect(log).toContain('/oauth/authorize');
+    expect(log, 'the id_token_hint reached the log').not.toContain(hint.split('.')[2]);
+    expect(log, 'the login_hint reached the log').not.toContain(address);
+  } finally {
+    await openid.close();
+  }
+});
