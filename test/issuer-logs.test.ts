@@ -107,7 +107,10 @@ it("keeps OpenID Connect's secrets out of the log: the id_token_hint, the login_
       done();
     },
   });
-  const openid = await startTokengate('issuer-logs-openid', { logger: pino(loggerOptions('trace'), sink), config: { openidConnect: { enabled: true } } });
+  const openid = await startTokengate('issuer-logs-openid', {
+    logger: pino(loggerOptions('trace'), sink),
+    config: { openidConnect: { enabled: true }, logging: { requests: 'all' } },
+  });
   try {
     const app = await registerApplication(openid.store, { scopes: ['openid', 'email'] });
     const now = Math.floor(Date.now() / 1000);

@@ -61,8 +61,9 @@ async function signInInBrowser(page: Page, authorizationUrl: string, options: { 
   return page.url();
 }
 
-async function discovered(clientId = 'festival', secret: string | undefined = SECRET): Promise<oidc.Configuration> {
-  return oidc.discovery(new URL(issuerUrl), clientId, secret, secret === undefined ? oidc.None() : oidc.ClientSecretBasic(secret), {
+/** openid-client configured from the discovery document; `secret` null: a public client (no client authentication). */
+async function discovered(clientId = 'festival', secret: string | null = SECRET): Promise<oidc.Configuration> {
+  return oidc.discovery(new URL(issuerUrl), clientId, secret ?? undefined, secret === null ? oidc.None() : oidc.ClientSecretBasic(secret), {
     execute: [oidc.allowInsecureRequests],
   });
 }
@@ -169,7 +170,7 @@ describe('openid-client, signing in through the pages in Chromium', () => {
   });
 
   it('signs a public client in with DPoP: the tokens are bound, and UserInfo takes them with a proof', async () => {
-    const config = await discovered(PUBLIC_CLIENT, undefined);
+    const config = await discovered(PUBLIC_CLIENT, null);
     const dpop = oidc.getDPoPHandle(config, await oidc.randomDPoPKeyPair('ES256'));
     const verifier = oidc.randomPKCECodeVerifier();
     const nonce = oidc.randomNonce();
@@ -193,7 +194,7 @@ describe('openid-client, signing in through the pages in Chromium', () => {
     // The token endpoint asks for its DPoP nonce first (use_dpop_nonce): the handle keeps it for the retry.
     const tokens = await redeem().catch((error: unknown) => {
       if (error instanceof oidc.WWWAuthenticateChallengeError && error.cause[0]?.parameters.error === 'use_dpop_nonce') return redeem();
-      throw error;
+      throw new Error(`the token endpoint refused: ${JSON.stringify((error as { cause?: unknown }).cause)}`, { cause: error });
     });
     expect(tokens.token_type.toLowerCase()).toBe('dpop');
     expect(await oidc.fetchUserInfo(config, tokens.access_token, tokens.claims()!.sub, { DPoP: dpop })).toMatchObject({ sub: 'user-fan' });
