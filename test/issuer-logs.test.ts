@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { loggerOptions } from '../src/observability/logger.js';
+import { loggerOptions, redactUrl } from '../src/observability/logger.js';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
 import {
   basicAuthorization,
@@ -129,8 +129,16 @@ it("keeps OpenID Connect's secrets out of the log: the id_token_hint, the login_
       login_hint: address,
     });
     expect((await fetch(`${openid.baseUrl}/oauth/authorize?${query.toString()}`)).status).toBe(200);
+    // Refused (an unknown application): the refusal's log line carries the request's URL.
+    query.set('client_id', 'no-such-application');
+    expect((await fetch(`${openid.baseUrl}/oauth/authorize?${query.toString()}`)).status).toBe(400);
     const log = openidLines.join('\n');
     expect(log).toContain('/oauth/authorize');
+    // Where a log line names a request URL, these parameters are redacted.
+    expect(redactUrl(`/oauth/authorize?${query.toString()}`)).toBe(
+      `/oauth/authorize?${query.toString().replace(/(id_token_hint|login_hint)=[^&]*/g, '$1=[REDACTED]')}`,
+    );
+    expect(redactUrl(`/oauth/authorize?${query.toString()}`)).not.toContain(hint.split('.')[2]);
     expect(log, 'the id_token_hint reached the log').not.toContain(hint.split('.')[2]);
     expect(log, 'the login_hint reached the log').not.toContain(address);
   } finally {
