@@ -98,6 +98,7 @@ describe('admin API: applications', () => {
       'resources',
       'rate_limit',
       'token_exchange',
+      'id_token_signed_response_alg',
       'created_at',
     ]);
     expect(created).toMatchObject({

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { loggerOptions } from '../src/observability/logger.js';
+import { loggerOptions, redactUrl } from '../src/observability/logger.js';
 import { s256CodeChallenge } from '../src/issuer/pkce.js';
 import {
   basicAuthorization,
@@ -97,4 +97,51 @@ it('keeps secrets out of the log, on success and on every kind of refusal', asyn
   expect(log).toContain('authorization code replayed: token family revoked');
   expect(log).toContain('wrong client secret');
   for (const secret of secrets) expect(log, 'a secret reached the log').not.toContain(secret);
+});
+
+it("keeps OpenID Connect's secrets out of the log: the id_token_hint, the login_hint's address, the ID token", async () => {
+  const openidLines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      openidLines.push(...chunk.toString().split('\n').filter(Boolean));
+      done();
+    },
+  });
+  const openid = await startTokengate('issuer-logs-openid', {
+    logger: pino(loggerOptions('trace'), sink),
+    config: { openidConnect: { enabled: true }, logging: { requests: 'all' } },
+  });
+  try {
+    const app = await registerApplication(openid.store, { scopes: ['openid', 'email'] });
+    const now = Math.floor(Date.now() / 1000);
+    const hint = await openid.tokengate.context.openid!.sign(
+      { iss: openid.tokengate.context.openid!.issuer, sub: 'user-1', aud: app.clientId, iat: now, exp: now + 60 },
+      'RS256',
+      'JWT',
+    );
+    const address = `hinted-${randomBytes(4).toString('hex')}@example.com`;
+    const query = new URLSearchParams({
+      client_id: app.clientId,
+      redirect_uri: app.redirectUri,
+      response_type: 'code',
+      scope: 'openid',
+      id_token_hint: hint,
+      login_hint: address,
+    });
+    expect((await fetch(`${openid.baseUrl}/oauth/authorize?${query.toString()}`)).status).toBe(200);
+    // Refused (an unknown application): the refusal's log line carries the request's URL.
+    query.set('client_id', 'no-such-application');
+    expect((await fetch(`${openid.baseUrl}/oauth/authorize?${query.toString()}`)).status).toBe(400);
+    const log = openidLines.join('\n');
+    expect(log).toContain('/oauth/authorize');
+    // Where a log line names a request URL, these parameters are redacted.
+    expect(redactUrl(`/oauth/authorize?${query.toString()}`)).toBe(
+      `/oauth/authorize?${query.toString().replace(/(id_token_hint|login_hint)=[^&]*/g, '$1=[REDACTED]')}`,
+    );
+    expect(redactUrl(`/oauth/authorize?${query.toString()}`)).not.toContain(hint.split('.')[2]);
+    expect(log, 'the id_token_hint reached the log').not.toContain(hint.split('.')[2]);
+    expect(log, 'the login_hint reached the log').not.toContain(address);
+  } finally {
+    await openid.close();
+  }
 });

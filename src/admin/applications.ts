@@ -25,6 +25,8 @@ export interface ApplicationView {
   rate_limit: string | null;
   /** Whether it may exchange its users' tokens for tokens of other resources (RFC 8693). */
   token_exchange: boolean;
+  /** The algorithm of its ID tokens (OpenID Connect). */
+  id_token_signed_response_alg: 'RS256' | 'ES256';
   created_at: string;
 }
 
@@ -39,6 +41,7 @@ function view(application: ApplicationRecord): ApplicationView {
     resources: application.resources ?? [],
     rate_limit: application.rateLimit ?? null,
     token_exchange: application.tokenExchange === true,
+    id_token_signed_response_alg: application.idTokenSignedResponseAlg ?? 'RS256',
     created_at: new Date(application.createdAt).toISOString(),
   };
 }
@@ -59,9 +62,14 @@ function newClientId(): string {
   }
 }
 
+/** The algorithms an application's ID tokens may be signed with: none while OpenID Connect is off. */
+function idTokenAlgorithms(context: TokengateContext): readonly string[] {
+  return context.openid === null ? [] : context.config.openidConnect.algorithms;
+}
+
 export function registerApplicationRoutes(scope: FastifyInstance, context: TokengateContext): void {
   scope.post('/applications', async function createApplication(request, reply) {
-    const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
+    const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, idTokenAlgorithms(context));
     const clientSecret = input.confidential ? randomCredential() : null;
     const application: ApplicationRecord = {
       clientId: newClientId(),
@@ -72,6 +80,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       confidential: input.confidential,
       createdAt: Date.now(),
       ...(input.resources.length > 0 ? { resources: input.resources } : {}),
+      ...(input.idTokenSignedResponseAlg === undefined ? {} : { idTokenSignedResponseAlg: input.idTokenSignedResponseAlg }),
     };
     await context.store.applications.put(application);
     recordAdminChange(request, { action: 'application created', clientId: application.clientId, confidential: application.confidential });
@@ -87,7 +96,13 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
 
   scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
     const { clientId } = request.params;
-    const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, context.config.rateLimits);
+    const patch = readApplicationPatch(
+      request.body,
+      context.config.issuer,
+      resourceRegistry(context.config).identifiers,
+      context.config.rateLimits,
+      idTokenAlgorithms(context),
+    );
     const application = await context.store.applications.get(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const updated: ApplicationRecord = { ...application, ...patch };

@@ -99,7 +99,7 @@ function describeSignals(signals: SharedSignalsView): string {
 const APPS_CREATE_USAGE =
   'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--id-token-alg RS256|ES256] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const USERS_REVOKE_GRANT_USAGE = 'tokengate users revoke-grant USER_ID CLIENT_ID';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
@@ -194,6 +194,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       'all-resources': { type: 'boolean', default: false },
       'rate-limit': { type: 'string' },
       'token-exchange': { type: 'string' },
+      'id-token-alg': { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
@@ -213,6 +214,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         // `default`: back to the routes' own policies.
         ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
         ...(tokenExchange === undefined ? {} : { token_exchange: tokenExchange === 'on' }),
+        ...(values['id-token-alg'] === undefined ? {} : { id_token_signed_response_alg: values['id-token-alg'] }),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);
@@ -360,6 +362,34 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       const answer = await client(values).request<{ kid: string; activates_at: string; keys: SigningKeyView[] }>('POST', '/keys/rotate');
       if (values.json === true) printJson(answer);
       else print(`Created signing key ${answer.kid}: published now, signing from ${answer.activates_at}.`);
+      return 0;
+    },
+  },
+  'openid-keys rotate': {
+    summary: 'Make a new ID token signing key of each algorithm: published at once, signing once every application can have fetched it.',
+    usage: 'tokengate openid-keys rotate [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ created: SigningKeyView[]; keys: SigningKeyView[] }>('POST', '/openid-keys/rotate');
+      if (values.json === true) printJson(answer);
+      else for (const key of answer.created) print(`Created ${key.alg} ID token key ${key.kid}: published now, signing from ${key.activates_at}.`);
+      return 0;
+    },
+  },
+  'openid-keys list': {
+    summary: 'List the ID token signing keys in the store (never their private halves).',
+    usage: 'tokengate openid-keys list [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', '/openid-keys');
+      if (values.json === true) printJson(answer);
+      else
+        print(
+          table(
+            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
+            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
+          ),
+        );
       return 0;
     },
   },

@@ -5,7 +5,19 @@ import { pino, type Bindings, type ChildLoggerOptions, type Logger, type LoggerO
  * Query parameters whose values are secrets. The gateway accepts `access_token` in the query
  * (RFC 6750 2.3), so request URLs are logged with these values replaced.
  */
-const SECRET_PARAMETERS = ['access_token', 'refresh_token', 'code', 'client_secret', 'code_verifier', 'password', 'token', 'state'];
+const SECRET_PARAMETERS = [
+  'access_token',
+  'refresh_token',
+  'code',
+  'client_secret',
+  'code_verifier',
+  'password',
+  'token',
+  'state',
+  // OpenID Connect's authorization request: an ID token, and the user's e-mail address.
+  'id_token_hint',
+  'login_hint',
+];
 const SECRET_IN_QUERY = new RegExp(`([?&](?:${SECRET_PARAMETERS.join('|')})=)[^&#]*`, 'gi');
 
 export function redactUrl(url: string): string {
@@ -29,6 +41,9 @@ export const REDACT_PATHS = [
   'query.code',
   '*.code_verifier',
   '*.token',
+  '*.id_token',
+  '*.id_token_hint',
+  '*.login_hint',
   'access_token',
   'refresh_token',
   'client_secret',

@@ -19,6 +19,8 @@ export interface ApplicationRecord {
   rateLimit?: string | null;
   /** The operator lets it exchange its users' tokens for tokens of other resources (RFC 8693). Absent: it may not. */
   tokenExchange?: boolean;
+  /** The algorithm of its ID tokens (OpenID Connect Dynamic Client Registration's `id_token_signed_response_alg`). Absent: RS256. */
+  idTokenSignedResponseAlg?: 'RS256' | 'ES256';
 }
 
 /** The registered applications (OAuth clients). */
