@@ -144,6 +144,57 @@ describe('tokengate apps', { timeout: CLI_STEPS_TIMEOUT }, () => {
     await tokengate(withConfig('apps', 'update', application.client_id, '--token-exchange', 'off'));
     expect(await running.store.applications.get(application.client_id)).toMatchObject({ tokenExchange: false });
 
+    // Sign-out: where the user may be sent after it, where the application is told of it; `none` takes them away.
+    const logout = await tokengate(
+      withConfig(
+        'apps',
+        'update',
+        application.client_id,
+        '--post-logout-redirect-uri',
+        'https://scanner.example/signed-out',
+        '--post-logout-redirect-uri',
+        'http://localhost:5173/bye',
+        '--backchannel-logout-uri',
+        'https://scanner.example/backchannel',
+        '--backchannel-logout-session-required',
+        'on',
+        '--json',
+      ),
+    );
+    expect(JSON.parse(logout.stdout)).toMatchObject({
+      post_logout_redirect_uris: ['https://scanner.example/signed-out', 'http://localhost:5173/bye'],
+      backchannel_logout_uri: 'https://scanner.example/backchannel',
+      backchannel_logout_session_required: true,
+    });
+    expect(await tokengate(withConfig('apps', 'update', application.client_id, '--backchannel-logout-session-required', 'yes'))).toMatchObject({ code: 2 });
+    const plainHttp = await tokengate(withConfig('apps', 'update', application.client_id, '--backchannel-logout-uri', 'http://scanner.example/backchannel'));
+    expect(plainHttp.stderr).toContain('backchannel_logout_uri: "http://scanner.example/backchannel" must use https');
+    await tokengate(withConfig('apps', 'update', application.client_id, '--post-logout-redirect-uri', 'none', '--backchannel-logout-uri', 'none'));
+    const withoutLogout = await running.store.applications.get(application.client_id);
+    expect(withoutLogout).toMatchObject({ postLogoutRedirectUris: [], backchannelLogoutSessionRequired: true });
+    expect(withoutLogout).not.toHaveProperty('backchannelLogoutUri');
+    const registered = await tokengate(
+      withConfig(
+        'apps',
+        'create',
+        '--name',
+        'Merch',
+        '--redirect-uri',
+        'https://merch.example/cb',
+        '--post-logout-redirect-uri',
+        'https://merch.example/bye',
+        '--backchannel-logout-uri',
+        'https://merch.example/backchannel',
+        '--backchannel-logout-session-required',
+        '--json',
+      ),
+    );
+    expect(JSON.parse(registered.stdout)).toMatchObject({
+      post_logout_redirect_uris: ['https://merch.example/bye'],
+      backchannel_logout_uri: 'https://merch.example/backchannel',
+      backchannel_logout_session_required: true,
+    });
+
     const token = running.tokengate.context.minter.mint();
     await running.store.tokens.saveAccessToken(tokenDigest(token), {
       kind: 'user',

@@ -17,7 +17,11 @@ export interface ApplicationInput {
   confidential: boolean;
   /** Empty: every registered resource. */
   resources: string[];
+  logout: LogoutSettings;
 }
+
+/** How an application hears of sign-out (OpenID Connect RP-Initiated and Back-Channel Logout 1.0). */
+export type LogoutSettings = Pick<ApplicationRecord, 'postLogoutRedirectUris' | 'backchannelLogoutUri' | 'backchannelLogoutSessionRequired'>;
 
 export interface UserInput {
   email: string;
@@ -42,7 +46,8 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
   const confidential = fields.confidential ?? true;
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
   const resources = readResources(stringList(fields, 'resources') ?? [], registeredResources);
-  return { name, redirectUris, scopes, confidential, resources };
+  const { backchannelLogoutUri, ...logout } = readLogoutSettings(fields);
+  return { name, redirectUris, scopes, confidential, resources, logout: { ...logout, ...(backchannelLogoutUri == null ? {} : { backchannelLogoutUri }) } };
 }
 
 /**
@@ -51,7 +56,13 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange'>>;
+export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange'>> &
+  LogoutPatch;
+
+/** `backchannelLogoutUri: null` takes the URI away. */
+type LogoutPatch = { postLogoutRedirectUris?: string[]; backchannelLogoutUri?: string | null; backchannelLogoutSessionRequired?: boolean };
+
+const LOGOUT_FIELDS = ['post_logout_redirect_uris', 'backchannel_logout_uri', 'backchannel_logout_session_required'];
 
 /** `registeredResources`: the resources an application may be limited to; `rateLimits`: the policies its tier may name. */
 export function readApplicationPatch(
@@ -61,7 +72,7 @@ export function readApplicationPatch(
   rateLimits: Readonly<Record<string, unknown>>,
 ): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit', 'token_exchange']);
+  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit', 'token_exchange', ...LOGOUT_FIELDS]);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -85,7 +96,32 @@ export function readApplicationPatch(
     if (typeof tokenExchange !== 'boolean') throw invalid("token_exchange must be true (it may exchange its users' tokens, RFC 8693) or false");
     patch.tokenExchange = tokenExchange;
   }
-  return patch;
+  return { ...patch, ...readLogoutSettings(fields) };
+}
+
+/**
+ * The logout fields given, checked like redirect URIs (https, or http on the loopback for
+ * development; no fragment, no credentials): a post-logout redirect URI is where a browser is
+ * sent, and the back-channel URI is where this server POSTs from inside the deployment, so
+ * neither may name a plain-http host elsewhere. `backchannel_logout_uri: null` removes it.
+ */
+function readLogoutSettings(fields: Record<string, unknown>): LogoutPatch {
+  const settings: LogoutPatch = {};
+  const postLogout = stringList(fields, 'post_logout_redirect_uris');
+  if (postLogout !== undefined) settings.postLogoutRedirectUris = readUriList('post_logout_redirect_uris', postLogout);
+  const backchannel = fields.backchannel_logout_uri;
+  if (backchannel === null) settings.backchannelLogoutUri = null;
+  else if (backchannel !== undefined) {
+    if (typeof backchannel !== 'string' || backchannel === '') throw invalid('backchannel_logout_uri must be a URL, or null to remove it');
+    [settings.backchannelLogoutUri] = readUriList('backchannel_logout_uri', [backchannel]);
+  }
+  const sessionRequired = fields.backchannel_logout_session_required;
+  if (sessionRequired !== undefined) {
+    if (typeof sessionRequired !== 'boolean')
+      throw invalid('backchannel_logout_session_required must be true (every logout token must name the session, sid) or false');
+    settings.backchannelLogoutSessionRequired = sessionRequired;
+  }
+  return settings;
 }
 
 /**
@@ -123,11 +159,16 @@ function readName(value: string): string {
 
 function readRedirectUris(redirectUris: string[]): string[] {
   if (redirectUris.length === 0) throw invalid('redirect_uris must list at least one callback URL');
-  for (const uri of redirectUris) {
+  return readUriList('redirect_uris', redirectUris);
+}
+
+/** URIs tokengate sends a browser or a request to, each held to the redirect URI rule; duplicates dropped. */
+function readUriList(field: string, uris: string[]): string[] {
+  for (const uri of uris) {
     const problem = redirectUriProblem(uri);
-    if (problem !== null) throw invalid(`redirect_uris: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
+    if (problem !== null) throw invalid(`${field}: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
   }
-  return [...new Set(redirectUris)];
+  return [...new Set(uris)];
 }
 
 export function readScopes(scopes: string[], issuer: IssuerScopes): string[] {
