@@ -62,7 +62,8 @@ class BackChannel {
       .then((deliveries) => Promise.all(deliveries.map((delivery) => this.deliver(delivery))))
       .then(
         () => {},
-        (error: unknown) => this.context.log.warn({ reason: ended.kind, userId: ended.userId, err: error }, 'back-channel logout not sent: its logout tokens could not be made'),
+        (error: unknown) =>
+          this.context.log.warn({ reason: ended.kind, userId: ended.userId, err: error }, 'back-channel logout not sent: its logout tokens could not be made'),
       )
       .finally(() => this.underWay.delete(work));
     this.underWay.add(work);
@@ -132,7 +133,10 @@ class BackChannel {
       if (!outcome.retry) break;
     }
     metrics.backchannelLogouts.inc({ outcome: 'failed' });
-    log.warn({ ...facts, outcome: 'failed', problem: this.stopping.signal.aborted ? `${last} (stopped: this instance is closing)` : last }, 'back-channel logout');
+    log.warn(
+      { ...facts, outcome: 'failed', problem: this.stopping.signal.aborted ? `${last} (stopped: this instance is closing)` : last },
+      'back-channel logout',
+    );
   }
 
   private async attempt(delivery: Delivery): Promise<{ delivered: true; status: number } | { delivered: false; retry: boolean; problem: string }> {
@@ -149,7 +153,11 @@ class BackChannel {
       const retry = statusCode >= 500 || statusCode === 408 || statusCode === 429;
       return { delivered: false, retry, problem: `answered ${statusCode}` };
     } catch (error) {
-      return { delivered: false, retry: true, problem: (error as Error).name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS} ms` : (error as Error).message };
+      return {
+        delivered: false,
+        retry: true,
+        problem: (error as Error).name === 'TimeoutError' ? `no answer within ${ATTEMPT_TIMEOUT_MS} ms` : (error as Error).message,
+      };
     }
   }
 }
