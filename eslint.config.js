@@ -14,7 +14,7 @@ export const FLOORS = [
   ['tracing/'],
   ['observability/'],
   ['store/'],
-  ['client-metadata/', 'dpop/', 'identity/', 'identity-providers/', 'ratelimit/', 'resource/', 'shared-signals/'],
+  ['client-metadata/', 'dpop/', 'identity/', 'identity-providers/', 'openid/', 'ratelimit/', 'resource/', 'shared-signals/'],
   ['context.ts'],
   ['gateway/', 'issuer/', 'logout/', 'admin/', 'decisions/'],
   ['listeners/', 'app.ts', 'load-config.ts', 'serve/', 'cli/', 'main.ts'],

@@ -218,6 +218,7 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
   await context.tracing?.shutdown();
   await context.clientMetadata?.close();
   context.identity?.ring.stop();
+  context.openid?.keys.stop();
   // The event in hand is applied whole, and the poller's lease given up for another sidecar.
   await context.sharedSignals.close();
   await context.identityProviders.close();

@@ -6,6 +6,7 @@ import { createDpop, type Dpop } from './dpop/index.js';
 import { IdentityProviders } from './identity-providers/index.js';
 import { SharedSignals } from './shared-signals/index.js';
 import type { SignedIdentity } from './identity/index.js';
+import type { OpenIdConnect } from './openid/index.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import { RequestLog } from './observability/requests.js';
 import { leasesFor } from './ratelimit/leases.js';
@@ -46,6 +47,8 @@ export interface TokengateContext {
   readonly tracing: Tracing | null;
   /** The signing keys and the signer of identity assertions (`signedIdentity`); null unless `signedIdentity.enabled`. */
   readonly identity: SignedIdentity | null;
+  /** The ID token keys, their signing and verifying (`openidConnect`); null unless `openidConnect.enabled`. */
+  readonly openid: OpenIdConnect | null;
 }
 
 export interface CreatedContext {
@@ -82,6 +85,9 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
   const identity = config.signedIdentity.enabled
     ? await (await import('./identity/index.js')).createSignedIdentity(config, store.backend, tagKeyBytes, log, verifiesTokens)
     : null;
+  const openid = config.openidConnect.enabled
+    ? await (await import('./openid/index.js')).createOpenIdConnect(config, store.backend, tagKeyBytes, log, verifiesTokens)
+    : null;
   const identityProviders = new IdentityProviders(config.identityProviders, store.backend, log);
   const context: TokengateContext = {
     config,
@@ -108,6 +114,7 @@ export async function createContext(config: Readonly<Config>, store: Store, log:
     requestLog: new RequestLog(config.logging.requests),
     tracing,
     identity,
+    openid,
   };
   return { context, cacheFor, readThrough };
 }

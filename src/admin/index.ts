@@ -4,7 +4,7 @@ import { jsonErrorHandler } from '../errors.js';
 import { auditAdminCalls, guardAdminRequests } from './admin-auth.js';
 import { registerApplicationRoutes } from './applications.js';
 import { registerClientMetadataRoutes } from './client-metadata.js';
-import { registerKeyRoutes } from './keys.js';
+import { registerKeyRoutes, registerOpenIdKeyRoutes } from './keys.js';
 import { registerIdentityProviderRoutes, registerTokenRoutes } from './tokens.js';
 import { ADMIN_PREFIX } from './paths.js';
 import { registerUserRoutes } from './users.js';
@@ -26,6 +26,7 @@ export async function registerAdmin(ops: FastifyInstance, context: TokengateCont
       registerTokenRoutes(scope, context);
       registerClientMetadataRoutes(scope, context);
       registerKeyRoutes(scope, context);
+      registerOpenIdKeyRoutes(scope, context);
       registerIdentityProviderRoutes(scope, context);
     },
     { prefix: ADMIN_PREFIX },

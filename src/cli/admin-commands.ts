@@ -387,6 +387,34 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
+  'openid-keys rotate': {
+    summary: 'Make a new ID token signing key of each algorithm: published at once, signing once every application can have fetched it.',
+    usage: 'tokengate openid-keys rotate [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ created: SigningKeyView[]; keys: SigningKeyView[] }>('POST', '/openid-keys/rotate');
+      if (values.json === true) printJson(answer);
+      else for (const key of answer.created) print(`Created ${key.alg} ID token key ${key.kid}: published now, signing from ${key.activates_at}.`);
+      return 0;
+    },
+  },
+  'openid-keys list': {
+    summary: 'List the ID token signing keys in the store (never their private halves).',
+    usage: 'tokengate openid-keys list [--json]',
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', '/openid-keys');
+      if (values.json === true) printJson(answer);
+      else
+        print(
+          table(
+            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
+            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
+          ),
+        );
+      return 0;
+    },
+  },
   'keys list': {
     summary: 'List the identity signing keys in the store (never their private halves).',
     usage: 'tokengate keys list [--json]',

@@ -72,6 +72,7 @@ export function configHash(config: Readonly<Config>): string {
     admin: { ...config.admin, token: secretSet(config.admin.token) },
     issuer: { ...config.issuer, tokenTagKey: secretSet(config.issuer.tokenTagKey) },
     signedIdentity: { ...config.signedIdentity, keyEncryptionKey: secretSet(config.signedIdentity.keyEncryptionKey) },
+    openidConnect: { ...config.openidConnect, keyEncryptionKey: secretSet(config.openidConnect.keyEncryptionKey) },
     identityProviders: config.identityProviders.map((provider) =>
       provider.sharedSignals === undefined
         ? provider

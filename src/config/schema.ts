@@ -495,6 +495,46 @@ export const SignedIdentitySchema = closed({
   }),
 });
 
+export const OpenIdConnectSchema = closed({
+  enabled: Type.Boolean({
+    default: false,
+    description:
+      'OpenID Connect on the authorization code flow (docs/openid-connect.md): the `openid`, `email` and `profile` scopes, ID tokens, UserInfo at `/oauth/userinfo`, discovery at `/.well-known/openid-configuration` and the ID token keys at `/.well-known/jwks.json`. Off: none of these exist, and no signing keys are made.',
+  }),
+  algorithms: Type.Array(Type.Union([Type.Literal('RS256'), Type.Literal('ES256')]), {
+    minItems: 1,
+    uniqueItems: true,
+    default: ['RS256', 'ES256'],
+    description:
+      "The algorithms ID tokens may be signed with, a key set of its own in the store for each: `RS256` (OpenID Connect's mandatory one, every application's default; required) and `ES256`, which an application chooses with `id_token_signed_response_alg`.",
+  }),
+  idTokenLifetimeSeconds: Type.Integer({
+    minimum: 10,
+    maximum: 86_400,
+    default: 3600,
+    description: 'How long an ID token is valid (its `exp`).',
+  }),
+  jwksMaxAgeSeconds: Seconds(
+    300,
+    'How long applications may keep the JWKS at `/.well-known/jwks.json` (its `Cache-Control: max-age`); a new key is published longer than this before it signs, and at least 60 s (openid-client fetches the key set again for an unknown key only once its copy is 60 s old).',
+    1,
+  ),
+  keyRefreshSeconds: Seconds(
+    10,
+    'How often each sidecar reads the ID token keys from the store again (and rotates them when `rotationIntervalSeconds` is due).',
+    1,
+  ),
+  rotationIntervalSeconds: Seconds(
+    2_592_000,
+    'Make a new ID token key (of each algorithm) when the newest is this old (30 days by default). 0: only by hand (`tokengate openid-keys rotate`).',
+  ),
+  keyEncryptionKey: Type.String({
+    default: '',
+    description:
+      'base64url key of 32 bytes that encrypts the private ID token keys in the store. Give it through the environment. Empty: derived from the token tag key (then a copy of the store holds both, unless `issuer.tokenTagKey` is set outside it).',
+  }),
+});
+
 export const RouteSchema = Type.Object(
   {
     path: Type.String({ minLength: 1, description: 'Path prefix, e.g. `/api/public/tickets`; matches the prefix itself and everything below it.' }),
@@ -683,6 +723,7 @@ export const ConfigSchema = Type.Object(
     decisions: DecisionsSchema,
     dpop: DpopSchema,
     signedIdentity: SignedIdentitySchema,
+    openidConnect: OpenIdConnectSchema,
     clientMetadataDocuments: ClientMetadataDocumentsSchema,
     identityProviders: Type.Array(IdentityProviderSchema, {
       default: [],
@@ -719,6 +760,7 @@ export type RateLimitPolicyConfig = Static<typeof RateLimitPolicySchema>;
 export type DecisionsConfig = Static<typeof DecisionsSchema>;
 export type DpopConfig = Static<typeof DpopSchema>;
 export type SignedIdentityConfig = Static<typeof SignedIdentitySchema>;
+export type OpenIdConnectConfig = Static<typeof OpenIdConnectSchema>;
 export type ClientMetadataDocumentsConfig = Static<typeof ClientMetadataDocumentsSchema>;
 export type IdentityProviderConfig = Static<typeof IdentityProviderSchema>;
 export type SharedSignalsConfig = Static<typeof SharedSignalsSchema>;

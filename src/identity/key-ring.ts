@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { StoreUnavailableError } from '../store/store.js';
 import type { KeySetStore } from './key-set-store.js';
-import { createKey, openKey, parseKeySet, serializeKeySet, type IdentityAlgorithm, type OpenKey, type StoredKey } from './signing-keys.js';
+import { createKey, openKey, parseKeySet, serializeKeySet, type OpenKey, type SigningAlgorithm, type StoredKey } from './signing-keys.js';
 
 /**
  * How far apart sidecars' and resource services' clocks may be: added wherever one side's time
@@ -9,10 +9,10 @@ import { createKey, openKey, parseKeySet, serializeKeySet, type IdentityAlgorith
  */
 export const CLOCK_MARGIN_SECONDS = 5;
 
-/** The timeline of a key, from `signedIdentity` (docs/gateway.md#key-rotation). */
+/** The timeline of a key, from `signedIdentity` (docs/gateway.md#key-rotation) or `openidConnect`. */
 export interface KeyTimeline {
-  readonly algorithm: IdentityAlgorithm;
-  /** How long an assertion is valid. */
+  readonly algorithm: SigningAlgorithm;
+  /** How long what the key signs is valid (an assertion, an ID token). */
   readonly lifetimeMs: number;
   /** How often each sidecar reads the key set again. */
   readonly refreshMs: number;
@@ -39,8 +39,16 @@ export interface Rotation {
   readonly activatesAt: number;
 }
 
+/** What a key ring's keys are called where it speaks of them. */
+export interface KeyRingNames {
+  /** In log lines, e.g. `identity signing key`. */
+  readonly key: string;
+  /** The config key of the key encryption key, named when a stored key cannot be opened. */
+  readonly encryptionKeySetting: string;
+}
+
 /**
- * The deployment's signing keys as one sidecar holds them: read from the shared store at start
+ * The deployment's signing keys of one kind as one sidecar holds them: read from the shared store at start
  * and again every `refreshMs` (a timer rather than a message: a new key is stored long before it
  * signs, so a sidecar that missed a message would still learn of it in time, and one read per
  * interval is all it costs), opened once each. Signs with the newest key whose activation has
@@ -62,6 +70,7 @@ export class KeyRing {
     private readonly timeline: KeyTimeline,
     private readonly encryptionKey: Uint8Array,
     private readonly log: Logger,
+    private readonly names: KeyRingNames = { key: 'identity signing key', encryptionKeySetting: 'signedIdentity.keyEncryptionKey' },
   ) {}
 
   /**
@@ -121,7 +130,7 @@ export class KeyRing {
       const next = serializeKeySet([...this.stillPublished(stored, now), created]);
       if (await this.store.replace(expected, next)) {
         await this.adopt(next);
-        this.log.info({ kid: created.kid, activatesAt: new Date(activatesAt).toISOString() }, 'identity signing key created');
+        this.log.info({ kid: created.kid, activatesAt: new Date(activatesAt).toISOString() }, `${this.names.key} created`);
         return { kid: created.kid, createdAt: now, activatesAt };
       }
     }
@@ -148,15 +157,15 @@ export class KeyRing {
       this.publish(now);
     } catch (error) {
       // The keys held keep signing; the next tick tries again.
-      if (error instanceof StoreUnavailableError) this.log.warn('the identity signing keys could not be read from the store; the keys held keep signing');
-      else this.log.error({ err: error }, 'the identity signing keys could not be read');
+      if (error instanceof StoreUnavailableError) this.log.warn(`the ${this.names.key}s could not be read from the store; the keys held keep signing`);
+      else this.log.error({ err: error }, `the ${this.names.key}s could not be read`);
     }
   }
 
   private async adopt(serialized: string): Promise<void> {
     const stored = parseKeySet(serialized);
     const held = new Map(this.keys.map((key) => [key.kid, key]));
-    this.keys = await Promise.all(stored.map((key) => Promise.resolve(held.get(key.kid) ?? openKey(key, this.encryptionKey))));
+    this.keys = await Promise.all(stored.map((key) => Promise.resolve(held.get(key.kid) ?? openKey(key, this.encryptionKey, this.names.encryptionKeySetting))));
     this.serialized = serialized;
     const now = Date.now();
     this.choose(now);

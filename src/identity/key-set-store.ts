@@ -23,10 +23,13 @@ return 1
 `,
 };
 
-/** Redis: the key `identity-keys` under the deployment's prefix. */
-export function redisKeySetStore(door: RedisDoor): KeySetStore {
+/** The store key of the signed identity's key set; each kind of signing key has one of its own, so no verifier of one kind accepts another's tokens. */
+export const IDENTITY_KEY_SET = 'identity-keys';
+
+/** Redis: the key `name` under the deployment's prefix. */
+export function redisKeySetStore(door: RedisDoor, name: string = IDENTITY_KEY_SET): KeySetStore {
   door.defineScript('tokengateReplaceIdentityKeys', REPLACE_SCRIPT);
-  const key = door.key('identity-keys');
+  const key = door.key(name);
   return {
     read: () => door.read<string | null>('get', key),
     async replace(expected, next) {
@@ -48,6 +51,6 @@ export function memoryKeySetStore(): KeySetStore {
   };
 }
 
-export function keySetStoreFor(backend: Backend): KeySetStore {
-  return backend.driver === 'redis' ? redisKeySetStore(backend) : memoryKeySetStore();
+export function keySetStoreFor(backend: Backend, name: string = IDENTITY_KEY_SET): KeySetStore {
+  return backend.driver === 'redis' ? redisKeySetStore(backend, name) : memoryKeySetStore();
 }

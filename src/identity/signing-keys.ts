@@ -3,6 +3,12 @@ import { calculateJwkThumbprint, compactDecrypt, CompactEncrypt, exportJWK, gene
 /** The algorithms an identity assertion may be signed with (`signedIdentity.algorithm`). */
 export const IDENTITY_ALGORITHMS = ['ES256', 'EdDSA'] as const;
 export type IdentityAlgorithm = (typeof IDENTITY_ALGORITHMS)[number];
+/** The algorithms an ID token may be signed with (`openidConnect.algorithms`): RS256 is OpenID Connect's mandatory one. */
+export const OPENID_ALGORITHMS = ['RS256', 'ES256'] as const;
+export type OpenIdAlgorithm = (typeof OPENID_ALGORITHMS)[number];
+/** Every algorithm a key of a key set may have. */
+export const SIGNING_ALGORITHMS = ['ES256', 'EdDSA', 'RS256'] as const;
+export type SigningAlgorithm = (typeof SIGNING_ALGORITHMS)[number];
 
 /**
  * One signing key as the store keeps it: the public half as a JWK, the private half as a JWE
@@ -11,7 +17,7 @@ export type IdentityAlgorithm = (typeof IDENTITY_ALGORITHMS)[number];
  */
 export interface StoredKey {
   readonly kid: string;
-  readonly alg: IdentityAlgorithm;
+  readonly alg: SigningAlgorithm;
   readonly publicJwk: JWK;
   readonly privateJwe: string;
   /** Epoch ms. */
@@ -25,9 +31,9 @@ export interface OpenKey extends StoredKey {
   readonly privateKey: CryptoKey;
 }
 
-/** A new key pair; `kid` is the RFC 7638 thumbprint of its public half. */
-export async function createKey(alg: IdentityAlgorithm, encryptionKey: Uint8Array, createdAt: number, activatesAt: number): Promise<StoredKey> {
-  const { publicKey, privateKey } = await generateKeyPair(alg, { extractable: true });
+/** A new key pair; `kid` is the RFC 7638 thumbprint of its public half. RSA keys are 2048 bits (RFC 7518 3.3's minimum, what OpenID providers publish). */
+export async function createKey(alg: SigningAlgorithm, encryptionKey: Uint8Array, createdAt: number, activatesAt: number): Promise<StoredKey> {
+  const { publicKey, privateKey } = await generateKeyPair(alg, { extractable: true, ...(alg === 'RS256' ? { modulusLength: 2048 } : {}) });
   const publicJwk = await exportJWK(publicKey);
   const kid = await calculateJwkThumbprint(publicJwk);
   const privateJwk = await exportJWK(privateKey);
@@ -42,14 +48,15 @@ export class UnreadableKeyError extends Error {
   override name = 'UnreadableKeyError';
 }
 
-export async function openKey(stored: StoredKey, encryptionKey: Uint8Array): Promise<OpenKey> {
+/** `encryptionKeySetting`: the config key of the key encryption key, named when the key cannot be opened. */
+export async function openKey(stored: StoredKey, encryptionKey: Uint8Array, encryptionKeySetting: string): Promise<OpenKey> {
   let privateJwk: JWK;
   try {
     const { plaintext } = await compactDecrypt(stored.privateJwe, encryptionKey);
     privateJwk = JSON.parse(new TextDecoder().decode(plaintext)) as JWK;
   } catch {
     throw new UnreadableKeyError(
-      `the stored signing key ${stored.kid} cannot be decrypted: every sidecar of a deployment needs the same signedIdentity.keyEncryptionKey (or, unset, the same token tag key)`,
+      `the stored signing key ${stored.kid} cannot be decrypted: every sidecar of a deployment needs the same ${encryptionKeySetting} (or, unset, the same token tag key)`,
     );
   }
   const privateKey = (await importJWK(privateJwk, stored.alg)) as CryptoKey;
@@ -79,7 +86,7 @@ function isStoredKey(value: unknown): value is StoredKey {
     typeof key === 'object' &&
     key !== null &&
     typeof key.kid === 'string' &&
-    (IDENTITY_ALGORITHMS as readonly string[]).includes(key.alg) &&
+    (SIGNING_ALGORITHMS as readonly string[]).includes(key.alg) &&
     typeof key.publicJwk === 'object' &&
     typeof key.privateJwe === 'string' &&
     Number.isFinite(key.createdAt) &&

@@ -9,6 +9,7 @@ import { nextRequestId } from '../observability/request-id.js';
 import { observeRequests } from '../observability/requests.js';
 import { registerResourceMetadata } from '../resource/metadata-endpoint.js';
 import { registerJwks } from '../identity/jwks-endpoint.js';
+import { registerOpenIdJwks } from '../openid/jwks-endpoint.js';
 import { registerPushEndpoint } from '../shared-signals/index.js';
 import { createListenerGuard, type ListenerLimits } from './guard.js';
 import { answerUnrouted } from './unrouted.js';
@@ -59,6 +60,8 @@ export async function routePublicListener(app: FastifyInstance, context: Tokenga
   await registerResourceMetadata(app, context);
   // The keys that sign identity assertions, for the resource services to verify them.
   if (context.identity !== null) await registerJwks(app, context.identity, context);
+  // The keys that sign ID tokens, for applications to verify them.
+  if (context.openid !== null) await registerOpenIdJwks(app, context.openid, context);
   // Security Event Tokens pushed by identity providers' transmitters, while one pushes.
   if (context.sharedSignals.pushes) await registerPushEndpoint(app, context.sharedSignals, context);
   return registerGateway(app, context);

@@ -31,7 +31,7 @@ export function configReferenceRows(): ReferenceRow[] {
     const type = schema.anyOf
       ? schema.anyOf.map((member: TSchema) => member.const ?? member.type).join(' \\| ')
       : schema.type === 'array'
-        ? `list of ${schema.items.type}`
+        ? `list of ${schema.items.anyOf ? schema.items.anyOf.map((member: TSchema) => member.const ?? member.type).join(' \\| ') : schema.items.type}`
         : String(schema.type);
     const defaultValue = schema.default === undefined ? '—' : `\`${JSON.stringify(schema.default)}\``;
     const meaning = String(schema.description ?? '').replace(/\|/g, '\\|');
