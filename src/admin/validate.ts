@@ -47,7 +47,14 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
   const resources = readResources(stringList(fields, 'resources') ?? [], registeredResources);
   const { backchannelLogoutUri, ...logout } = readLogoutSettings(fields);
-  return { name, redirectUris, scopes, confidential, resources, logout: { ...logout, ...(backchannelLogoutUri == null ? {} : { backchannelLogoutUri }) } };
+  return {
+    name,
+    redirectUris,
+    scopes,
+    confidential,
+    resources,
+    logout: { ...logout, ...(backchannelLogoutUri === undefined || backchannelLogoutUri === null ? {} : { backchannelLogoutUri }) },
+  };
 }
 
 /**

@@ -1,11 +1,10 @@
 import { Agent, request } from 'undici';
 import type { TokengateContext } from '../context.js';
 import { isMetadataClientId } from '../client-metadata/client-id.js';
-import { issuerIdentifier } from '../issuer/metadata-endpoint.js';
 import type { LogoutEvent } from '../issuer/logout.js';
+import type { OpenIdAlgorithm } from '../openid/index.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { signLogoutToken, type LogoutSubject } from './logout-token.js';
-import { openIdOf } from './openid.js';
 
 /**
  * OpenID Connect Back-Channel Logout 1.0: a logout token POSTed to each application that
@@ -77,11 +76,10 @@ class BackChannel {
 
   /** The logout tokens to send: none while OpenID Connect is off (there is no key to sign them with). */
   private async deliveriesFor(ended: LogoutEvent): Promise<Delivery[]> {
-    const openid = openIdOf(this.context);
+    const openid = this.context.openid;
     if (openid === null) return [];
     const sid = ended.sessionKey === undefined ? undefined : openid.sessionId(ended.sessionKey);
     const applications = ended.kind === 'session-ended' ? await this.connectedApplications(ended.userId) : await this.listening([ended.clientId]);
-    const issuer = issuerIdentifier(this.context.config.issuer.issuerUrl);
     const deliveries: Delivery[] = [];
     for (const application of applications) {
       const subject = subjectFor(application, ended, ended.userId, sid);
@@ -93,7 +91,7 @@ class BackChannel {
         continue;
       }
       const alg = signingAlgorithmOf(application);
-      const token = await signLogoutToken(openid, { issuer, clientId: application.clientId, subject, alg });
+      const token = await signLogoutToken(openid, { issuer: openid.issuer, clientId: application.clientId, subject, alg });
       deliveries.push({ clientId: application.clientId, userId: ended.userId, reason: ended.kind, uri: application.backchannelLogoutUri!, token });
     }
     return deliveries;
@@ -175,8 +173,8 @@ function subjectFor(application: ApplicationRecord, ended: LogoutEvent, userId: 
 }
 
 /** The algorithm its ID tokens are signed with: the logout token is verified with the same keys and code. */
-function signingAlgorithmOf(application: ApplicationRecord): 'RS256' | 'ES256' {
-  return (application as ApplicationRecord & { idTokenSignedResponseAlg?: 'RS256' | 'ES256' }).idTokenSignedResponseAlg ?? 'RS256';
+function signingAlgorithmOf(application: ApplicationRecord): OpenIdAlgorithm {
+  return (application as ApplicationRecord & { idTokenSignedResponseAlg?: OpenIdAlgorithm }).idTokenSignedResponseAlg ?? 'RS256';
 }
 
 /** Waits `ms`; false when stopped first. */

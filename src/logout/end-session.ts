@@ -4,7 +4,6 @@ import { ACCOUNT_PATH } from '../issuer/authorize/account.js';
 import { PARAMETER_LIMITS, redirectUriWith } from '../issuer/authorize/request.js';
 import { field, formBody, type PageSteps } from '../issuer/authorize/steps.js';
 import type { ApplicationRecord } from '../store/store.js';
-import { openIdOf } from './openid.js';
 import { confirmSignOutPage, invalidLogoutPage } from './views.js';
 
 /**
@@ -84,7 +83,7 @@ function createEndSession(context: TokengateContext, steps: PageSteps) {
     const parameters = read.parameters;
     let clientId = parameters.client_id ?? null;
     if (parameters.id_token_hint !== undefined) {
-      const openid = openIdOf(context);
+      const openid = context.openid;
       const hint = openid === null ? null : await openid.verifyIdTokenHint(parameters.id_token_hint);
       if (hint === null) return { ok: false, problem: 'The request carries an ID token this service did not issue, or one that was altered (id_token_hint).' };
       if (clientId !== null && !hint.aud.includes(clientId))

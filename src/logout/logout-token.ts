@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { OpenIdForLogout } from './openid.js';
+import type { OpenIdAlgorithm, OpenIdConnect } from '../openid/index.js';
 
 /** The event a logout token carries (OpenID Connect Back-Channel Logout 1.0, section 2.4). */
 export const BACKCHANNEL_LOGOUT_EVENT = 'http://schemas.openid.net/event/backchannel-logout';
@@ -23,8 +23,8 @@ export interface LogoutSubject {
  * (section 2.4: so that it cannot be taken for an ID token).
  */
 export function signLogoutToken(
-  openid: OpenIdForLogout,
-  input: { issuer: string; clientId: string; subject: LogoutSubject; alg: 'RS256' | 'ES256'; now?: number },
+  openid: OpenIdConnect,
+  input: { issuer: string; clientId: string; subject: LogoutSubject; alg: OpenIdAlgorithm; now?: number },
 ): Promise<string> {
   const iat = Math.floor((input.now ?? Date.now()) / 1000);
   const payload = {
