@@ -6,6 +6,7 @@ import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { runCli, type CliResult } from './support/cli.js';
 import { adminFetch, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+import { codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
 import { freePort } from './support/ports.js';
 
 /**
@@ -209,6 +210,25 @@ describe('tokengate apps', { timeout: CLI_STEPS_TIMEOUT }, () => {
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted application ${application.client_id} and revoked its tokens.\n` });
     expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
     expect(await running.store.applications.get(application.client_id)).toBeNull();
+  });
+
+  it("runs docs/account.md's sign-out registration commands as written, each doing what the text says", async () => {
+    const commands = codeBlocks(sectionOf(readDocument('docs/account.md'), '## Sign-out from an application'), 'sh').flatMap(shellCommands);
+    expect(commands).toHaveLength(3);
+    // Words as the shell splits these lines: on spaces, double quotes kept together.
+    const words = (command: string) => [...command.matchAll(/"([^"]*)"|(\S+)/g)].map((match) => match[1] ?? match[2]!).slice(1);
+    const created = await tokengate(withConfig(...words(commands[0]!), '--json'));
+    const { client_id: clientId } = JSON.parse(created.stdout) as { client_id: string };
+    const recorded = () => running.store.applications.get(clientId);
+    expect(await recorded()).toMatchObject({
+      postLogoutRedirectUris: ['https://box-office.example/signed-out'],
+      backchannelLogoutUri: 'https://box-office.example/backchannel-logout',
+    });
+    expect(await tokengate(withConfig(...words(commands[1]!.replace('CLIENT_ID', clientId))))).toMatchObject({ code: 0 });
+    expect(await recorded()).toMatchObject({ backchannelLogoutSessionRequired: true });
+    expect(await tokengate(withConfig(...words(commands[2]!.replace('CLIENT_ID', clientId))))).toMatchObject({ code: 0 });
+    expect(await recorded()).toMatchObject({ postLogoutRedirectUris: [] });
+    expect(await recorded()).not.toHaveProperty('backchannelLogoutUri');
   });
 
   it("prints the admin API's refusal on one line and exits 1", async () => {

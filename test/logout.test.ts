@@ -61,6 +61,17 @@ function confirmationFields(page: PageResponse): Record<string, string> {
   return Object.fromEntries([...form.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)">/g)].map((match) => [match[1]!, unescaped(match[2]!)]));
 }
 
+describe('the metadata', () => {
+  it('names the end_session_endpoint and back-channel logout with sid, with OpenID Connect on', async () => {
+    const metadata = (await (await fetch(`${issuer.baseUrl}/.well-known/oauth-authorization-server`)).json()) as Record<string, unknown>;
+    expect(metadata).toMatchObject({
+      end_session_endpoint: `${issuer.tokengate.context.openid!.issuer}/oauth/logout`,
+      backchannel_logout_supported: true,
+      backchannel_logout_session_supported: true,
+    });
+  });
+});
+
 describe('a sign-out request', () => {
   it.each([
     [

@@ -19,6 +19,18 @@ import { confirmSignOutPage, invalidLogoutPage } from './views.js';
  */
 export const END_SESSION_PATH = '/oauth/logout';
 
+/**
+ * What the issuer's metadata says of sign-out (RP-Initiated Logout 1.0 section 2.1, Back-Channel
+ * Logout 1.0 section 2.1): where to send the user, and that logout tokens are sent, with `sid`.
+ */
+export function logoutMetadata(issuer: string) {
+  return {
+    end_session_endpoint: `${issuer}${END_SESSION_PATH}`,
+    backchannel_logout_supported: true,
+    backchannel_logout_session_supported: true,
+  };
+}
+
 /** An ID token is a few kilobytes at most; nothing larger is read as one. */
 const MAX_ID_TOKEN_HINT_LENGTH = 8192;
 const LIMITS: Readonly<Record<LogoutParameter, number>> = {
