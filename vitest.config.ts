@@ -58,6 +58,7 @@ export const SYSTEM = [
  * files' work shared by the workers, not the longest file plus everything queued behind it.
  */
 export const LONGEST_FIRST = [
+  'test/openid-key-rotation.test.ts',
   'test/rate-limits-sidecars.test.ts',
   'test/tracing-outage.test.ts',
   'test/chaos-soak.test.ts',

@@ -40,6 +40,14 @@ export const ERRORS = {
     description: 'The authorization server does not support obtaining an authorization code using this method.',
   },
   ACCESS_DENIED: { status: 400, error: 'access_denied', description: 'The resource owner or authorization server denied the request.' },
+  // OpenID Connect Core 1.0 section 3.1.2.6: what a request with prompt=none is answered with when the user would have to act.
+  LOGIN_REQUIRED: { status: 400, error: 'login_required', description: 'The user must sign in, and prompt=none allows no page.' },
+  CONSENT_REQUIRED: { status: 400, error: 'consent_required', description: 'The user must approve the request, and prompt=none allows no page.' },
+  INTERACTION_REQUIRED: {
+    status: 400,
+    error: 'interaction_required',
+    description: 'The user must confirm this request on a page each time, and prompt=none allows no page.',
+  },
   UNSUPPORTED_TOKEN_TYPE: {
     status: 400,
     error: 'unsupported_token_type',

@@ -101,6 +101,7 @@ describe('admin API: applications', () => {
       'post_logout_redirect_uris',
       'backchannel_logout_uri',
       'backchannel_logout_session_required',
+      'id_token_signed_response_alg',
       'created_at',
     ]);
     expect(created).toMatchObject({

@@ -62,13 +62,15 @@ function confirmationFields(page: PageResponse): Record<string, string> {
 }
 
 describe('the metadata', () => {
-  it('names the end_session_endpoint and back-channel logout with sid, with OpenID Connect on', async () => {
-    const metadata = (await (await fetch(`${issuer.baseUrl}/.well-known/oauth-authorization-server`)).json()) as Record<string, unknown>;
-    expect(metadata).toMatchObject({
-      end_session_endpoint: `${issuer.tokengate.context.openid!.issuer}/oauth/logout`,
-      backchannel_logout_supported: true,
-      backchannel_logout_session_supported: true,
-    });
+  it('names the end_session_endpoint and back-channel logout with sid, in the RFC 8414 and the discovery documents, with OpenID Connect on', async () => {
+    for (const path of ['/.well-known/oauth-authorization-server', '/.well-known/openid-configuration']) {
+      const metadata = (await (await fetch(`${issuer.baseUrl}${path}`)).json()) as Record<string, unknown>;
+      expect(metadata, path).toMatchObject({
+        end_session_endpoint: `${issuer.tokengate.context.openid!.issuer}/oauth/logout`,
+        backchannel_logout_supported: true,
+        backchannel_logout_session_supported: true,
+      });
+    }
   });
 });
 

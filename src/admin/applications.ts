@@ -31,6 +31,8 @@ export interface ApplicationView {
   backchannel_logout_uri: string | null;
   /** Every logout token it gets must name the session (`sid`). */
   backchannel_logout_session_required: boolean;
+  /** The algorithm of its ID tokens (OpenID Connect). */
+  id_token_signed_response_alg: 'RS256' | 'ES256';
   created_at: string;
 }
 
@@ -48,6 +50,7 @@ function view(application: ApplicationRecord): ApplicationView {
     post_logout_redirect_uris: application.postLogoutRedirectUris ?? [],
     backchannel_logout_uri: application.backchannelLogoutUri ?? null,
     backchannel_logout_session_required: application.backchannelLogoutSessionRequired === true,
+    id_token_signed_response_alg: application.idTokenSignedResponseAlg ?? 'RS256',
     created_at: new Date(application.createdAt).toISOString(),
   };
 }
@@ -79,9 +82,14 @@ function newClientId(): string {
   }
 }
 
+/** The algorithms an application's ID tokens may be signed with: none while OpenID Connect is off. */
+function idTokenAlgorithms(context: TokengateContext): readonly string[] {
+  return context.openid === null ? [] : context.config.openidConnect.algorithms;
+}
+
 export function registerApplicationRoutes(scope: FastifyInstance, context: TokengateContext): void {
   scope.post('/applications', async function createApplication(request, reply) {
-    const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers);
+    const input = readApplicationInput(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, idTokenAlgorithms(context));
     const clientSecret = input.confidential ? randomCredential() : null;
     const application: ApplicationRecord = {
       clientId: newClientId(),
@@ -93,6 +101,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       createdAt: Date.now(),
       ...(input.resources.length > 0 ? { resources: input.resources } : {}),
       ...withLogoutSettings(input.logout),
+      ...(input.idTokenSignedResponseAlg === undefined ? {} : { idTokenSignedResponseAlg: input.idTokenSignedResponseAlg }),
     };
     await context.store.applications.put(application);
     recordAdminChange(request, { action: 'application created', clientId: application.clientId, confidential: application.confidential });
@@ -108,7 +117,13 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
 
   scope.patch<{ Params: { clientId: string } }>('/applications/:clientId', async function updateApplication(request) {
     const { clientId } = request.params;
-    const patch = readApplicationPatch(request.body, context.config.issuer, resourceRegistry(context.config).identifiers, context.config.rateLimits);
+    const patch = readApplicationPatch(
+      request.body,
+      context.config.issuer,
+      resourceRegistry(context.config).identifiers,
+      context.config.rateLimits,
+      idTokenAlgorithms(context),
+    );
     const application = await context.store.applications.get(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
     const { backchannelLogoutUri, ...rest } = patch;

@@ -17,6 +17,8 @@ export interface ApplicationInput {
   confidential: boolean;
   /** Empty: every registered resource. */
   resources: string[];
+  /** The algorithm of its ID tokens; absent: RS256. */
+  idTokenSignedResponseAlg?: 'RS256' | 'ES256';
   logout: LogoutSettings;
 }
 
@@ -38,7 +40,13 @@ const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 
 type IssuerScopes = Pick<IssuerConfig, 'scopes' | 'defaultScopes'>;
 
-export function readApplicationInput(body: unknown, issuer: IssuerScopes, registeredResources: readonly string[]): ApplicationInput {
+/** `idTokenAlgorithms`: those of `openidConnect.algorithms` (none while it is off). */
+export function readApplicationInput(
+  body: unknown,
+  issuer: IssuerScopes,
+  registeredResources: readonly string[],
+  idTokenAlgorithms: readonly string[] = [],
+): ApplicationInput {
   const fields = asObject(body);
   const name = readName(requiredString(fields, 'name'));
   const redirectUris = readRedirectUris(stringList(fields, 'redirect_uris') ?? []);
@@ -46,6 +54,7 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
   const confidential = fields.confidential ?? true;
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
   const resources = readResources(stringList(fields, 'resources') ?? [], registeredResources);
+  const alg = fields.id_token_signed_response_alg === undefined ? undefined : readIdTokenAlgorithm(fields.id_token_signed_response_alg, idTokenAlgorithms);
   const { backchannelLogoutUri, ...logout } = readLogoutSettings(fields);
   return {
     name,
@@ -53,6 +62,7 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
     scopes,
     confidential,
     resources,
+    ...(alg === undefined ? {} : { idTokenSignedResponseAlg: alg }),
     logout: { ...logout, ...(backchannelLogoutUri === undefined || backchannelLogoutUri === null ? {} : { backchannelLogoutUri }) },
   };
 }
@@ -63,7 +73,9 @@ export function readApplicationInput(body: unknown, issuer: IssuerScopes, regist
  * application's, each field left out keeps it. Whether it is confidential cannot change (its
  * secret, or the lack of one, is what its clients were handed).
  */
-export type ApplicationPatch = Partial<Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange'>> &
+export type ApplicationPatch = Partial<
+  Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange' | 'idTokenSignedResponseAlg'>
+> &
   LogoutPatch;
 
 /** `backchannelLogoutUri: null` takes the URI away. */
@@ -77,9 +89,20 @@ export function readApplicationPatch(
   issuer: IssuerScopes,
   registeredResources: readonly string[],
   rateLimits: Readonly<Record<string, unknown>>,
+  idTokenAlgorithms: readonly string[] = [],
 ): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit', 'token_exchange', ...LOGOUT_FIELDS]);
+  const known = new Set([
+    'name',
+    'redirect_uris',
+    'scopes',
+    'dpop',
+    'resources',
+    'rate_limit',
+    'token_exchange',
+    'id_token_signed_response_alg',
+    ...LOGOUT_FIELDS,
+  ]);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -103,6 +126,8 @@ export function readApplicationPatch(
     if (typeof tokenExchange !== 'boolean') throw invalid("token_exchange must be true (it may exchange its users' tokens, RFC 8693) or false");
     patch.tokenExchange = tokenExchange;
   }
+  if (fields.id_token_signed_response_alg !== undefined)
+    patch.idTokenSignedResponseAlg = readIdTokenAlgorithm(fields.id_token_signed_response_alg, idTokenAlgorithms);
   return { ...patch, ...readLogoutSettings(fields) };
 }
 
@@ -129,6 +154,14 @@ function readLogoutSettings(fields: Record<string, unknown>): LogoutPatch {
     settings.backchannelLogoutSessionRequired = sessionRequired;
   }
   return settings;
+}
+
+/** `id_token_signed_response_alg` (OpenID Connect Dynamic Client Registration 1.0): one of the deployment's ID token algorithms. */
+function readIdTokenAlgorithm(value: unknown, algorithms: readonly string[]): 'RS256' | 'ES256' {
+  if (algorithms.length === 0) throw invalid('id_token_signed_response_alg needs OpenID Connect on (openidConnect.enabled)');
+  if (typeof value !== 'string' || !algorithms.includes(value))
+    throw invalid(`id_token_signed_response_alg must be one of ${algorithms.join(', ')} (openidConnect.algorithms)`);
+  return value as 'RS256' | 'ES256';
 }
 
 /**

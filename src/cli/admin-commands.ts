@@ -99,7 +99,7 @@ function describeSignals(signals: SharedSignalsView): string {
 const APPS_CREATE_USAGE =
   'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--post-logout-redirect-uri URL ...] [--backchannel-logout-uri URL [--backchannel-logout-session-required]] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--post-logout-redirect-uri URL ... | none] [--backchannel-logout-uri URL|none] [--backchannel-logout-session-required on|off] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--id-token-alg RS256|ES256] [--post-logout-redirect-uri URL ... | none] [--backchannel-logout-uri URL|none] [--backchannel-logout-session-required on|off] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const USERS_REVOKE_GRANT_USAGE = 'tokengate users revoke-grant USER_ID CLIENT_ID';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
@@ -211,6 +211,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       'all-resources': { type: 'boolean', default: false },
       'rate-limit': { type: 'string' },
       'token-exchange': { type: 'string' },
+      'id-token-alg': { type: 'string' },
       'post-logout-redirect-uri': { type: 'string', multiple: true },
       'backchannel-logout-uri': { type: 'string' },
       'backchannel-logout-session-required': { type: 'string' },
@@ -236,6 +237,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         // `default`: back to the routes' own policies.
         ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
         ...(tokenExchange === undefined ? {} : { token_exchange: tokenExchange === 'on' }),
+        ...(values['id-token-alg'] === undefined ? {} : { id_token_signed_response_alg: values['id-token-alg'] }),
         ...logoutPatch(values, sessionRequired),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);

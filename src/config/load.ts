@@ -102,7 +102,21 @@ function parseConfigText(text: string, file: string, env: Environment, roomCheck
   if (problems.length > 0) throw new ConfigError(file, problems);
   const config = withDefaults as Config;
   if (config.issuer.issuerUrl === '' && config.server.port !== 0) config.issuer.issuerUrl = listenerUrl(config.server);
+  if (config.openidConnect.enabled) addOpenIdScopes(config.issuer);
   return deepFreeze(config);
+}
+
+/** What OpenID Connect's scopes let an application know, in words, unless the config words them itself. */
+const OPENID_SCOPE_DESCRIPTIONS: Readonly<Record<string, string>> = {
+  openid: 'Know who you are when you sign in with your account',
+  email: 'See your e-mail address',
+  profile: 'See your name and profile, as far as this service knows them',
+};
+
+/** With OpenID Connect on, its scopes are the issuer's too: applications may be registered for them. */
+function addOpenIdScopes(issuer: Config['issuer']): void {
+  for (const scope of Object.keys(OPENID_SCOPE_DESCRIPTIONS)) if (!issuer.scopes.includes(scope)) issuer.scopes.push(scope);
+  issuer.scopeDescriptions = { ...OPENID_SCOPE_DESCRIPTIONS, ...issuer.scopeDescriptions };
 }
 
 /**

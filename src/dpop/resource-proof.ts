@@ -43,7 +43,7 @@ export type ProofRefusal =
  * Whether the request needs the DPoP step at all: a Bearer token that is not bound, on a route
  * that does not require DPoP, does not (three field reads, nothing else, on the Bearer path).
  */
-export function needsProofStep(requireDpop: boolean, presented: PresentedToken, token: VerifiedToken): boolean {
+export function needsProofStep(requireDpop: boolean, presented: PresentedToken, token: Pick<VerifiedToken, 'jkt'>): boolean {
   return requireDpop || presented.scheme === 'dpop' || token.jkt !== undefined;
 }
 
@@ -58,7 +58,7 @@ export function checkResourceProof(
   dpop: Dpop,
   requireDpop: boolean,
   presented: PresentedToken,
-  token: VerifiedToken,
+  token: Pick<VerifiedToken, 'jkt'>,
   subject: ProofSubject,
   trace: RequestTrace | null = null,
 ): ProofRefusal | null | Promise<ProofRefusal | null> {

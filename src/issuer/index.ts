@@ -7,6 +7,7 @@ import { registerMetadataEndpoint } from './metadata-endpoint.js';
 import { registerRevocationEndpoint } from './revocation-endpoint.js';
 import { registerTokenEndpoint } from './token-endpoint.js';
 import { registerTokenInfoEndpoint } from './token-info-endpoint.js';
+import { registerUserInfoEndpoint } from './userinfo-endpoint.js';
 
 /**
  * The issuer's back-channel endpoints on the public listener, as one encapsulated plugin: the
@@ -24,5 +25,6 @@ export async function registerIssuer(app: FastifyInstance, context: TokengateCon
     registerIntrospectionEndpoint(scope, context);
     registerTokenInfoEndpoint(scope, context);
     registerMetadataEndpoint(scope, context);
+    if (context.openid !== null) registerUserInfoEndpoint(scope, context);
   });
 }

@@ -1,6 +1,13 @@
 import type { RequestTrace } from '../tracing/index.js';
 import type { TokengateContext } from '../context.js';
-import { StoreUnavailableError, type AccessTokenRecord, type ActingParty, type IdentityOrigin, type RefreshTokenRecord } from '../store/store.js';
+import {
+  StoreUnavailableError,
+  type AccessTokenRecord,
+  type ActingParty,
+  type IdentityOrigin,
+  type OpenIdSignIn,
+  type RefreshTokenRecord,
+} from '../store/store.js';
 import { formatScope } from '../token/scope.js';
 import { tokenDigest } from '../token/token-value.js';
 
@@ -15,6 +22,8 @@ export interface TokenResponse {
   created_at: number;
   /** A token exchange's answer (RFC 8693 section 2.2.1): what kind of token access_token is. */
   issued_token_type?: string;
+  /** An OpenID Connect grant's ID token (OpenID Connect Core 1.0 section 3.1.3.3). */
+  id_token?: string;
 }
 
 /** What a grant decided to issue. */
@@ -47,6 +56,8 @@ export type Issuance =
       notAfter?: number;
       /** The user's grant to the application the tokens are issued under (a code's or a refresh token's), kept with the refresh token. */
       grantId?: string;
+      /** An OpenID Connect grant's sign-in, kept with the refresh token for the ID tokens of its refreshes. */
+      openid?: OpenIdSignIn;
     };
 
 /**
@@ -86,6 +97,7 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
       expiresAt: issuedAt + refreshTokenTtl * 1000,
       ...(issuance.jkt !== null && issuance.bindRefreshToken ? { jkt: issuance.jkt } : {}),
       ...(issuance.grantId === undefined ? {} : { grantId: issuance.grantId }),
+      ...(issuance.openid === undefined ? {} : { openid: withoutNonce(issuance.openid) }),
     };
     saves.push(context.store.tokens.saveRefreshToken(tokenDigest(refreshToken), refresh));
   }
@@ -106,6 +118,11 @@ export async function issueTokens(context: TokengateContext, issuance: Issuance,
     scope: formatScope(issuance.scopes),
     created_at: Math.floor(issuedAt / 1000),
   };
+}
+
+/** A sign-in as a refresh token keeps it: the nonce belongs to the code's ID token alone. */
+function withoutNonce({ nonce: _nonce, ...signIn }: OpenIdSignIn): Omit<OpenIdSignIn, 'nonce'> {
+  return signIn;
 }
 
 /** Records carry an audience only when there is one, as records issued without resources configured do not. */

@@ -174,7 +174,7 @@ function subjectFor(application: ApplicationRecord, ended: LogoutEvent, userId: 
 
 /** The algorithm its ID tokens are signed with: the logout token is verified with the same keys and code. */
 function signingAlgorithmOf(application: ApplicationRecord): OpenIdAlgorithm {
-  return (application as ApplicationRecord & { idTokenSignedResponseAlg?: OpenIdAlgorithm }).idTokenSignedResponseAlg ?? 'RS256';
+  return application.idTokenSignedResponseAlg ?? 'RS256';
 }
 
 /** Waits `ms`; false when stopped first. */

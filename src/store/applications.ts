@@ -25,6 +25,8 @@ export interface ApplicationRecord {
   backchannelLogoutUri?: string;
   /** It needs `sid` in every logout token (`backchannel_logout_session_required`). Absent: false. */
   backchannelLogoutSessionRequired?: boolean;
+  /** The algorithm of its ID tokens (OpenID Connect Dynamic Client Registration's `id_token_signed_response_alg`). Absent: RS256. */
+  idTokenSignedResponseAlg?: 'RS256' | 'ES256';
 }
 
 /** The registered applications (OAuth clients). */

@@ -21,6 +21,20 @@ export interface AuthorizationCodeRecord {
   jkt?: string;
   /** The id of the user's grant to the application it was issued under (./grants.ts); absent on codes from before grants were kept. */
   grantId?: string;
+  /** An OpenID Connect sign-in (`openid` granted): what the ID token of this code says of it. */
+  openid?: OpenIdSignIn;
+}
+
+/** What ID tokens say of the sign-in behind a code and the refresh tokens that descend from it. */
+export interface OpenIdSignIn {
+  /** Epoch seconds the user signed in (`auth_time`). */
+  authTime: number;
+  /** The `sid` of the tokengate session signed in. */
+  sid: string;
+  /** The authorization request's `nonce`, exactly as sent (the code's ID token alone carries it). */
+  nonce?: string;
+  /** The e-mail address the user signed in with, when the user source keeps no users (`http`). */
+  email?: string;
 }
 
 /** Authorization codes, keyed by the code's digest, until their expiry. */

@@ -10,7 +10,7 @@ import type { Tokens } from './tokens/port.js';
 import type { Users } from './users.js';
 
 export type { ApplicationRecord, Applications } from './applications.js';
-export type { AuthorizationCodeRecord, AuthorizationCodes } from './codes.js';
+export type { AuthorizationCodeRecord, AuthorizationCodes, OpenIdSignIn } from './codes.js';
 export type { Counters } from './counters.js';
 export type { Approval, GrantRecord, Grants } from './grants.js';
 export type { Secrets } from './secrets.js';

@@ -6,14 +6,15 @@ import type { TokengateContext } from '../../context.js';
 import { noteFailure, TokengateError } from '../../errors.js';
 import { isMetadataClient } from '../../client-metadata/client-id.js';
 import type { IssuerConfig } from '../../config/schema.js';
-import type { ApplicationRecord, AuthorizationCodeRecord } from '../../store/store.js';
+import type { ApplicationRecord, AuthorizationCodeRecord, OpenIdSignIn } from '../../store/store.js';
 import { registerEndSession } from '../../logout/end-session.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { consentRequired, promptAsksForConsent, type ConsentAnswer } from '../consent.js';
+import { isOpenIdGrant } from '../id-token.js';
 import { audienceOf } from '../issue-tokens.js';
 import { issuerIdentifier } from '../metadata-endpoint.js';
 import { ACCOUNT_PATH, registerAccountPages } from './account.js';
-import { AuthorizationRedirectError, authorizationPath, redirectUriWith, type AuthorizationRequest } from './request.js';
+import { AuthorizationRedirectError, afterSignIn, authorizationPath, redirectUriWith, type AuthorizationRequest } from './request.js';
 import type { PendingAuthorization, Session } from './session.js';
 import { field, pageFailure, pageSteps, type PageSteps } from './steps.js';
 import { consentPage, contentSecurityPolicy, errorPage, loginPage, type DocumentClient, type EarlierApproval, type LoginProblem, type Page } from './views.js';
@@ -78,8 +79,8 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
   const { sessions, sendPage, validate, signInPage, verifiedSignInForm, verifiedForm, checkCredentials } = steps;
 
   /** A code for the request under the user's grant, sent back to the application. */
-  async function sendCode(reply: FastifyReply, authorization: AuthorizationRequest, userId: string, grantId: string, status: 302 | 303) {
-    const code = await issueCode(context, authorization, userId, grantId);
+  async function sendCode(reply: FastifyReply, authorization: AuthorizationRequest, session: Session, grantId: string, status: 302 | 303) {
+    const code = await issueCode(context, authorization, session, grantId);
     metrics.authorizationResponses.inc({ result: 'code' });
     return reply.redirect(redirectUriWith(authorization.redirectUri, { code, state: authorization.state, iss }), status);
   }
@@ -87,18 +88,36 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
   return {
     async show(request: FastifyRequest, reply: FastifyReply) {
       const authorization = await validate(request.query);
+      const { prompts } = authorization;
       const session = await sessions.load(request);
-      if (session === null) {
-        return sendPage(reply, await signInPage(request, reply, { authorization: authorization.parameters }, authorization.application.name));
+      const signIn = await signInNeeded(context, authorization, session);
+      if (signIn !== null) {
+        // prompt=none: no page may be shown (OpenID Connect Core 1.0 section 3.1.2.6).
+        if (prompts.has('none')) throw sendBack(authorization, 'LOGIN_REQUIRED', signIn);
+        const email = authorization.parameters.login_hint;
+        return sendPage(reply, await signInPage(request, reply, { authorization: authorization.parameters }, authorization.application.name, email));
       }
-      const answer = await askConsent(context, authorization, session.data.userId);
-      if (!answer.required) {
+      const answer = await askConsent(context, authorization, session!.data.userId);
+      // select_account: the consent page names the account signed in and offers another, even when the approval is remembered.
+      if (!answer.required && !prompts.has('select_account')) {
         request.log.info({ clientId: authorization.application.clientId }, 'consent remembered: code issued without the consent page');
-        return sendCode(reply, authorization, session.data.userId, answer.grant.id, 302);
+        return sendCode(reply, authorization, session!, answer.grant.id, 302);
       }
+      if (prompts.has('none')) throw sendBack(authorization, answer.required ? answer.promptNone : 'INTERACTION_REQUIRED', 'the consent page would be shown');
       // The request waits in the session (a few, each capped in size) for the consent form.
-      const pending = await sessions.addPending(session, authorization.parameters);
-      return sendPage(reply, consent(issuer, authorization, session, pending, answer));
+      const pending = await sessions.addPending(session!, authorization.parameters);
+      // A remembered approval shown again for select_account reads as a page the application asked for.
+      const asked = answer.required
+        ? answer
+        : {
+            ...answer,
+            required: true as const,
+            reason: 'prompt_consent' as const,
+            promptNone: 'INTERACTION_REQUIRED' as const,
+            newScopes: [],
+            newResources: [],
+          };
+      return sendPage(reply, consent(issuer, authorization, session!, pending, asked));
     },
 
     async signIn(request: FastifyRequest, reply: FastifyReply) {
@@ -122,7 +141,7 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
       const previous = await sessions.load(request);
       if (previous !== null) await sessions.signOut(reply, previous);
       await sessions.start(request, reply, { userId, email });
-      return reply.redirect(authorization === null ? ACCOUNT_PATH : authorizationPath(authorization.parameters), 303);
+      return reply.redirect(authorization === null ? ACCOUNT_PATH : authorizationPath(afterSignIn(authorization.parameters)), 303);
     },
 
     async decide(request: FastifyRequest, reply: FastifyReply) {
@@ -139,7 +158,7 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
       // The approval is remembered: the grant gains what this request asked for.
       const { scopes, audience: resources } = authorization;
       const grant = await context.store.grants.approve(session.data.userId, authorization.application.clientId, { scopes, resources }, Date.now());
-      return sendCode(reply, authorization, session.data.userId, grant.id, 303);
+      return sendCode(reply, authorization, session, grant.id, 303);
     },
 
     async switchAccount(request: FastifyRequest, reply: FastifyReply) {
@@ -219,9 +238,53 @@ function documentClientOf(application: ApplicationRecord): { documentClient?: Do
   return { documentClient: { url: application.clientId, host: application.metadataDocument.host, clientName: application.metadataDocument.clientName } };
 }
 
+/** An error for the application on its redirect URI; `detail` for the log alone. */
+function sendBack(
+  authorization: AuthorizationRequest,
+  code: 'LOGIN_REQUIRED' | 'CONSENT_REQUIRED' | 'INTERACTION_REQUIRED' | 'INVALID_REQUEST',
+  detail: string,
+  description?: string,
+) {
+  return new AuthorizationRedirectError(
+    new TokengateError(code, { detail, ...(description === undefined ? {} : { description }) }),
+    authorization.redirectUri,
+    authorization.state,
+  );
+}
+
+/**
+ * Why the user must sign in (again) before this request is answered, or null when the session
+ * serves: no session; `prompt=login` or `select_account`'s sign-in (none here: the consent page
+ * offers another account); a sign-in older than `max_age`; an `id_token_hint` naming another user.
+ * A hint that is not an ID token this issuer signed is refused (invalid_request).
+ */
+async function signInNeeded(context: TokengateContext, authorization: AuthorizationRequest, session: Session | null): Promise<string | null> {
+  const { prompts, maxAge, parameters } = authorization;
+  const hint = parameters.id_token_hint === undefined || context.openid === null ? null : await context.openid.verifyIdTokenHint(parameters.id_token_hint);
+  if (parameters.id_token_hint !== undefined && context.openid !== null && hint === null)
+    throw sendBack(authorization, 'INVALID_REQUEST', 'id_token_hint does not verify', 'The id_token_hint is not an ID token this service issued.');
+  if (session === null) return 'no session';
+  if (prompts.has('login')) return 'prompt=login';
+  if (maxAge !== null && Date.now() - session.data.createdAt > maxAge * 1000) return 'the sign-in is older than max_age';
+  if (hint !== null && hint.sub !== session.data.userId) return 'id_token_hint names another user';
+  return null;
+}
+
+/** What the code's ID token says of the sign-in: when, which session, the request's nonce, and the e-mail a user service's user signed in with. */
+function openIdSignIn(context: TokengateContext, authorization: AuthorizationRequest, session: Session): OpenIdSignIn {
+  const { nonce } = authorization.parameters;
+  return {
+    authTime: Math.floor(session.data.createdAt / 1000),
+    sid: context.openid!.sessionId(session.key),
+    ...(nonce === undefined ? {} : { nonce }),
+    ...(context.config.issuer.users.source === 'store' ? {} : { email: session.data.email }),
+  };
+}
+
 /** A code for an approved request, saved by its digest, under the user's grant `grantId`. */
-async function issueCode(context: TokengateContext, authorization: AuthorizationRequest, userId: string, grantId: string): Promise<string> {
+async function issueCode(context: TokengateContext, authorization: AuthorizationRequest, session: Session, grantId: string): Promise<string> {
   const issuer = context.config.issuer;
+  const userId = session.data.userId;
   const code = context.minter.mint();
   const issuedAt = Date.now();
   const record: AuthorizationCodeRecord = {
@@ -237,6 +300,7 @@ async function issueCode(context: TokengateContext, authorization: Authorization
     expiresAt: issuedAt + issuer.authorizationCodeTtl * 1000,
     ...(authorization.dpopJkt === null ? {} : { jkt: authorization.dpopJkt }),
     grantId,
+    ...(isOpenIdGrant(context, authorization.scopes) ? { openid: openIdSignIn(context, authorization, session) } : {}),
   };
   await context.store.codes.save(tokenDigest(code), record);
   return code;

@@ -15,7 +15,25 @@ import type { FindClient } from '../clients.js';
  * to an unchecked redirect_uri would make this an open redirector.
  */
 
-const PARAMETERS = ['client_id', 'redirect_uri', 'response_type', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'dpop_jkt', 'prompt'] as const;
+const PARAMETERS = [
+  'client_id',
+  'redirect_uri',
+  'response_type',
+  'scope',
+  'state',
+  'code_challenge',
+  'code_challenge_method',
+  'dpop_jkt',
+  'prompt',
+  // OpenID Connect Core 1.0 section 3.1.2.1
+  'nonce',
+  'max_age',
+  'login_hint',
+  'id_token_hint',
+] as const;
+/** The `prompt` values of OpenID Connect Core 1.0 section 3.1.2.1. */
+export const PROMPT_VALUES = ['none', 'login', 'consent', 'select_account'] as const;
+export type Prompt = (typeof PROMPT_VALUES)[number];
 type ParameterName = (typeof PARAMETERS)[number];
 
 /**
@@ -35,6 +53,10 @@ export interface AuthorizationRequest {
   codeChallengeMethod: 'S256' | null;
   /** `dpop_jkt` (RFC 9449 section 10): the thumbprint of the key the code's tokens will be bound to; null when not sent. */
   dpopJkt: string | null;
+  /** `prompt`'s values (none alone, or any of the others). */
+  prompts: ReadonlySet<Prompt>;
+  /** `max_age` in seconds: a sign-in older than this is made again; null when not sent. */
+  maxAge: number | null;
   parameters: AuthorizationParameters;
 }
 
@@ -73,6 +95,11 @@ export const PARAMETER_LIMITS: Readonly<Record<ParameterName | 'resource', numbe
   code_challenge_method: 256,
   dpop_jkt: 256,
   prompt: 256,
+  nonce: 512,
+  max_age: 16,
+  login_hint: 320,
+  // An ID token of this issuer is about 1 KiB; the hint is carried in the sign-in form and the session like the rest.
+  id_token_hint: 4096,
   resource: 512,
 };
 /** `resource` may repeat (RFC 8707), up to this many times. */
@@ -103,8 +130,10 @@ export async function validateAuthorizationRequest(
   if (dpopJkt !== null && !JWK_THUMBPRINT.test(dpopJkt))
     throw sendBack('INVALID_REQUEST', 'dpop_jkt must be the base64url SHA-256 JWK thumbprint of the DPoP key (RFC 7638).');
   const audience = requestedAudience(parameters.resource, application, resources, sendBack);
+  const prompts = checkPrompt(parameters.prompt, sendBack);
+  const maxAge = checkMaxAge(parameters.max_age, sendBack);
 
-  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, audience, ...pkce, dpopJkt, parameters };
+  return { application, redirectUri, state: parameters.state, scopes: scopes.scopes, audience, ...pkce, dpopJkt, prompts, maxAge, parameters };
 }
 
 /** The `resource` parameters checked as the token endpoint checks them; its invalid_target goes back to the application. */
@@ -221,6 +250,35 @@ function refuseOversizedParameters(oversized: ReadonlyArray<ParameterName | 'res
 function checkResponseType(responseType: string | undefined, sendBack: SendBack): void {
   if (responseType === undefined) throw sendBack('INVALID_REQUEST', 'The response_type parameter is required.');
   if (responseType !== 'code') throw sendBack('UNSUPPORTED_RESPONSE_TYPE', 'Only response_type=code is supported.');
+}
+
+/** `prompt`: known values, space-separated; `none` only alone (OpenID Connect Core 1.0 section 3.1.2.1). */
+function checkPrompt(prompt: string | undefined, sendBack: SendBack): ReadonlySet<Prompt> {
+  const values = new Set((prompt ?? '').split(' ').filter((value) => value !== ''));
+  const unknown = [...values].filter((value) => !(PROMPT_VALUES as readonly string[]).includes(value));
+  if (unknown.length > 0) throw sendBack('INVALID_REQUEST', `prompt may be ${PROMPT_VALUES.join(', ')}; ${unknown.join(', ')} is not supported.`);
+  if (values.has('none') && values.size > 1) throw sendBack('INVALID_REQUEST', 'prompt=none cannot be combined with other prompt values.');
+  return values as Set<Prompt>;
+}
+
+/** `max_age`: a whole number of seconds, 0 or more. */
+function checkMaxAge(maxAge: string | undefined, sendBack: SendBack): number | null {
+  if (maxAge === undefined) return null;
+  if (!/^\d{1,10}$/.test(maxAge)) throw sendBack('INVALID_REQUEST', 'max_age must be a whole number of seconds.');
+  return Number(maxAge);
+}
+
+/**
+ * The request as it continues after the user signed in on its sign-in page: a sign-in just made
+ * is what `prompt=login`, `max_age` and `id_token_hint` asked for, so they are not asked again.
+ */
+export function afterSignIn(parameters: AuthorizationParameters): AuthorizationParameters {
+  const { max_age: _maxAge, id_token_hint: _hint, prompt, ...rest } = parameters;
+  const remaining = (prompt ?? '')
+    .split(' ')
+    .filter((value) => value !== '' && value !== 'login' && value !== 'select_account')
+    .join(' ');
+  return remaining === '' ? rest : { ...rest, prompt: remaining };
 }
 
 /**

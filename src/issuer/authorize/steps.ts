@@ -55,12 +55,13 @@ export function pageSteps(context: TokengateContext) {
 
   /**
    * The sign-in page for a browser without a session: its form carries where it leads (the
-   * authorization request, or the account page), nothing is stored. `applicationName` null: the account page's.
+   * authorization request, or the account page), nothing is stored. `applicationName` null: the account page's. `email`: pre-filled.
    */
-  async function signInPage(request: FastifyRequest, reply: FastifyReply, target: SignInTarget, applicationName: string | null) {
+  async function signInPage(request: FastifyRequest, reply: FastifyReply, target: SignInTarget, applicationName: string | null, email?: string) {
     const cookieValue = sessions.browserValue(request, reply);
     const form = { csrfToken: await signInForms.csrfToken(cookieValue), requestId: await signInForms.seal(target) };
-    return loginPage({ applicationName, form });
+    // `login_hint` (OpenID Connect) fills in the e-mail address; the user may change it.
+    return loginPage({ applicationName, form, ...(email === undefined ? {} : { email }) });
   }
 
   /**

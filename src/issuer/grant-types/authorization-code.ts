@@ -2,6 +2,7 @@ import { TokengateError } from '../../errors.js';
 import { narrowAudience } from '../../resource/audience.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { tokenDigest } from '../../token/token-value.js';
+import { isOpenIdGrant, signIdToken } from '../id-token.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
 import { isWellFormedCodeVerifier, verifyCodeVerifier } from '../pkce.js';
@@ -49,6 +50,8 @@ export const authorizationCode: GrantType = {
       throw new TokengateError('INVALID_GRANT', { description: 'The user who authorized this code no longer exists.' });
     }
     const grantId = await grantIdOf(request, record);
+    // The code was consumed above, once: a replay never reaches this line, so never gets a second ID token.
+    const signIn = record.openid !== undefined && isOpenIdGrant(context, record.scopes) ? record.openid : undefined;
     const response = await issueTokens(
       context,
       {
@@ -63,10 +66,18 @@ export const authorizationCode: GrantType = {
         audience: audience.token,
         grantAudience: audience.grant,
         grantId,
+        ...(signIn === undefined ? {} : { openid: signIn }),
       },
       request.trace,
     );
     await confirmGrant(request, { userId: record.userId, clientId: record.clientId, grantId, familyId: record.familyId });
-    return response;
+    if (signIn === undefined) return response;
+    const idToken = await signIdToken(context, client.application, {
+      userId: record.userId,
+      scopes: record.scopes,
+      signIn,
+      accessToken: response.access_token,
+    });
+    return { ...response, id_token: idToken };
   },
 };

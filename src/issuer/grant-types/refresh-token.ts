@@ -5,6 +5,7 @@ import type { ApplicationRecord } from '../../store/store.js';
 import { resourceRegistry } from '../../resource/registry.js';
 import { hasScopes } from '../../token/scope.js';
 import { tokenDigest } from '../../token/token-value.js';
+import { isOpenIdGrant, signIdToken } from '../id-token.js';
 import { issueTokens } from '../issue-tokens.js';
 import { requireParameter } from '../oauth-request.js';
 import { confirmGrant, grantIdOf } from './grant-check.js';
@@ -63,6 +64,9 @@ export const refreshToken: GrantType = {
     }
     const audience = narrowAudience(allowed.audience, requestedResources, client.application, registry);
     const grantId = await grantIdOf(request, record);
+    const scopes = narrowScopes(allowed.scopes, requestedScopes);
+    // An OpenID Connect grant keeps its sign-in with each refresh token, and each refresh returns a new ID token (without the nonce).
+    const signIn = record.openid !== undefined && isOpenIdGrant(context, allowed.scopes) ? record.openid : undefined;
     const response = await issueTokens(
       context,
       {
@@ -70,7 +74,7 @@ export const refreshToken: GrantType = {
         clientId: record.clientId,
         userId: record.userId,
         familyId: record.familyId,
-        scopes: narrowScopes(allowed.scopes, requestedScopes),
+        scopes,
         grantScopes: allowed.scopes,
         jkt: dpopJkt,
         // A bound refresh token stays bound to its key; an unbound one (a confidential client's) stays unbound.
@@ -78,12 +82,15 @@ export const refreshToken: GrantType = {
         audience: audience.token,
         grantAudience: audience.grant,
         grantId,
+        ...(signIn === undefined ? {} : { openid: signIn }),
       },
       request.trace,
     );
     // The user's grant bounds the refresh: disconnected, the application gets nothing more (./grant-check.ts).
     await confirmGrant(request, { userId: record.userId, clientId: record.clientId, grantId, familyId: record.familyId });
-    return response;
+    if (signIn === undefined || !scopes.includes('openid')) return response;
+    const idToken = await signIdToken(context, client.application, { userId: record.userId, scopes, signIn, accessToken: response.access_token });
+    return { ...response, id_token: idToken };
   },
 };
 

@@ -1,4 +1,5 @@
 import { hash } from 'node:crypto';
+import type { OpenIdSignIn } from '../codes.js';
 import type { TokenKind } from '../../token/kinds.js';
 import type { Consumed } from '../single-use.js';
 
@@ -102,6 +103,8 @@ export interface RefreshTokenRecord {
   jkt?: string;
   /** The id of the user's grant to the application it was issued under (../grants.ts); absent on refresh tokens from before grants were kept. */
   grantId?: string;
+  /** The OpenID Connect sign-in of its grant, for the ID token of each refresh (never its nonce). */
+  openid?: Omit<OpenIdSignIn, 'nonce'>;
 }
 
 /** What a revocation removed; sent to every sidecar so each drops those cache entries. */
