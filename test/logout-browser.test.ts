@@ -1,20 +1,19 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createRemoteJWKSet, jwtVerify, type JWTPayload } from 'jose';
+import { createRemoteJWKSet, decodeJwt, jwtVerify, type JWTPayload } from 'jose';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientSecretDigest } from '../src/issuer/client-auth.js';
 import { BACKCHANNEL_LOGOUT_EVENT } from '../src/logout/logout-token.js';
-import { tokenDigest } from '../src/token/token-value.js';
 import { accessibilityViolations, launchChromium, personContext } from './support/browser.js';
-import { startTokengate, type RunningTokengate } from './support/instance.js';
+import { postForm, startTokengate, type RunningTokengate } from './support/instance.js';
 import { application, authorizePath, createUser } from './support/issuer.js';
 import { eventually } from './support/wait.js';
 
 /**
  * Sign-out for the applications in headless Chromium, the person's browser without JavaScript:
  *
- * - the application's sign-out link with an id_token_hint and its registered
+ * - the application's sign-out link with the ID token it got (the code flow with `openid`) and its registered
  *   post_logout_redirect_uri asks, then ends the session and lands on the application's page
  *   with `state`; the next authorization asks to sign in; the application's back-channel
  *   endpoint receives a logout token for that session, which verifies with jose against
@@ -96,6 +95,7 @@ beforeAll(async () => {
       redirectUris: [festival.redirectUri],
       postLogoutRedirectUris: [festival.signedOut],
       backchannelLogoutUri: receiver.uri,
+      scopes: ['public', 'openid'],
     }),
   );
   await createUser(issuer.store, USER_ID, EMAIL, PASSWORD);
@@ -113,10 +113,10 @@ afterAll(async () => {
 });
 
 const authorizeUrl = () =>
-  `${issuer.baseUrl}${authorizePath({ client_id: 'festival', redirect_uri: festival.redirectUri, response_type: 'code', state: 'a' })}`;
+  `${issuer.baseUrl}${authorizePath({ client_id: 'festival', redirect_uri: festival.redirectUri, response_type: 'code', scope: 'openid public', state: 'a', nonce: 'n-1' })}`;
 
-/** Signs the person in on the authorization page; the first time, approves Festival. */
-async function signIn(): Promise<void> {
+/** Signs the person in on the authorization page (the first time, approving Festival); returns the code Festival receives. */
+async function signIn(): Promise<string> {
   const page = await person.newPage();
   await page.goto(authorizeUrl());
   await page.getByLabel('E-mail address').fill(EMAIL);
@@ -125,24 +125,23 @@ async function signIn(): Promise<void> {
   if (!page.url().startsWith(festival.redirectUri)) {
     await Promise.all([page.waitForURL((url) => url.href.startsWith(festival.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
   }
+  const code = new URL(page.url()).searchParams.get('code')!;
   await page.close();
+  return code;
 }
 
-/** The store key of the person's session: the digest of their cookie value. */
-async function sessionKey(): Promise<string> {
-  const cookie = (await person.cookies()).find((candidate) => candidate.name === 'tokengate_session')!;
-  return tokenDigest(cookie.value);
-}
-
-/** An ID token as the issuer gives Festival for the person's session (expired, as an application may keep one). */
-async function idTokenHint(): Promise<string> {
-  const openid = issuer.tokengate.context.openid!;
-  const now = Math.floor(Date.now() / 1000);
-  return openid.sign(
-    { iss: openid.issuer, sub: USER_ID, aud: 'festival', iat: now - 7200, exp: now - 3600, sid: openid.sessionId(await sessionKey()) },
-    'RS256',
-    'JWT',
-  );
+/** The ID token Festival gets for `code` at the token endpoint. */
+async function idTokenFor(code: string): Promise<string> {
+  const response = await postForm(`${issuer.baseUrl}/oauth/token`, {
+    grant_type: 'authorization_code',
+    code,
+    redirect_uri: festival.redirectUri,
+    client_id: 'festival',
+    client_secret: SECRET,
+  });
+  const body = (await response.json()) as { id_token?: string };
+  expect(response.status, JSON.stringify(body)).toBe(200);
+  return body.id_token!;
 }
 
 async function verifiedLogoutToken(token: string): Promise<JWTPayload> {
@@ -168,9 +167,9 @@ async function signedIn(): Promise<boolean> {
 
 describe('sign-out for the applications in Chromium', () => {
   it("the application's link with an id_token_hint asks, then ends the session and lands on its page with state; its back-channel endpoint gets a logout token for the session", async () => {
-    await signIn();
-    const hint = await idTokenHint();
-    const sid = issuer.tokengate.context.openid!.sessionId(await sessionKey());
+    const hint = await idTokenFor(await signIn());
+    const { sid } = decodeJwt(hint);
+    expect(sid).toEqual(expect.any(String));
     const page = await person.newPage();
     const query = new URLSearchParams({ id_token_hint: hint, post_logout_redirect_uri: festival.signedOut, state: 'st 1' });
     await page.goto(`${issuer.baseUrl}/oauth/logout?${query.toString()}`);
