@@ -38,6 +38,7 @@ export const SYSTEM = [
   'test/identity-assertions-cluster.test.ts',
   'test/ingress.test.ts',
   'test/ingress-revocations.test.ts',
+  'test/logout-browser.test.ts',
   'test/metrics-exemplars-prometheus.test.ts',
   'test/monitoring.test.ts',
   'test/quick-start.test.ts',
