@@ -115,13 +115,17 @@ afterAll(async () => {
 const authorizeUrl = () =>
   `${issuer.baseUrl}${authorizePath({ client_id: 'festival', redirect_uri: festival.redirectUri, response_type: 'code', scope: 'openid public', state: 'a', nonce: 'n-1' })}`;
 
-/** Signs the person in on the authorization page (the first time, approving Festival); returns the code Festival receives. */
+/**
+ * Signs the person in (on the account page) and has Festival ask for authorization, approving it
+ * the first time; returns the code Festival receives.
+ */
 async function signIn(): Promise<string> {
   const page = await person.newPage();
-  await page.goto(authorizeUrl());
+  await page.goto(`${issuer.baseUrl}/oauth/account`);
   await page.getByLabel('E-mail address').fill(EMAIL);
   await page.getByLabel('Password').fill(PASSWORD);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  await Promise.all([page.waitForURL(`${issuer.baseUrl}/oauth/account`), page.getByRole('button', { name: 'Sign in' }).click()]);
+  await page.goto(authorizeUrl());
   if (!page.url().startsWith(festival.redirectUri)) {
     await Promise.all([page.waitForURL((url) => url.href.startsWith(festival.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
   }
