@@ -74,6 +74,7 @@ export const LONGEST_FIRST = [
   'test/rate-limits-quotas.test.ts',
   'test/failover-sentinel.test.ts',
   'test/account-browser.test.ts',
+  'test/logout-browser.test.ts',
   'test/resharding.test.ts',
   'test/failover-cluster.test.ts',
   'test/serve-worker-death.test.ts',
