@@ -16,7 +16,7 @@ export const FLOORS = [
   ['store/'],
   ['client-metadata/', 'dpop/', 'identity/', 'identity-providers/', 'openid/', 'ratelimit/', 'resource/', 'shared-signals/'],
   ['context.ts'],
-  ['gateway/', 'issuer/', 'admin/', 'decisions/'],
+  ['gateway/', 'issuer/', 'logout/', 'admin/', 'decisions/'],
   ['listeners/', 'app.ts', 'load-config.ts', 'serve/', 'cli/', 'main.ts'],
 ];
 

@@ -10,6 +10,7 @@ import type { GatewayRoutes } from './gateway/index.js';
 import { createDecisionListener, type DecisionListener } from './listeners/decisions.js';
 import { createOpsListener, routeOpsListener } from './listeners/ops.js';
 import { createPublicListener, routePublicListener } from './listeners/public.js';
+import { closeBackChannel } from './logout/back-channel.js';
 import type { WorkerReports } from './observability/health.js';
 import { createLogger } from './observability/logger.js';
 import { openStore } from './store/open-store.js';
@@ -211,6 +212,8 @@ async function stop(context: TokengateContext, listeners: Listeners, lifecycle: 
     clearInterval(idleSweep);
   }
   await context.rateLimiter.close();
+  // Logout tokens still being retried are dropped: this instance can no longer keep its promise of them.
+  await closeBackChannel(context);
   // The spans of the last requests go out before the process ends (within the export timeout).
   await context.tracing?.shutdown();
   await context.clientMetadata?.close();

@@ -2,12 +2,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createRequire } from 'node:module';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { Pool } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nginxDecisionCacheConf } from '../examples/ingress/configs.mjs';
 import { clientSecretDigest } from '../src/issuer/client-auth.js';
+import { accessibilityViolations as violationsIn, launchChromium, personContext } from './support/browser.js';
 import { installed, nginxCommand, startIngress, startTicketingApi, type Ingress } from './support/ingress.js';
 import { postForm, startTokengate, type RunningTokengate } from './support/instance.js';
 import { application, authorizePath, createUser } from './support/issuer.js';
@@ -30,17 +30,9 @@ import { eventually, sleep } from './support/wait.js';
  *   light and dark colours.
  *
  * The person's browser runs without JavaScript and under the pages' own CSP, as the pages must
- * work. axe-core is a script: it runs in a second context of its own, with JavaScript and
- * `bypassCSP` (the pages' `default-src 'none'` rightly refuses any injected script, axe's
- * included; the CSP itself is checked in the person's context, where no violation may show).
+ * work; axe-core runs in a context of its own (./support/browser.ts); the CSP itself is checked
+ * in the person's context, where no violation may show.
  */
-
-const CHROMIUM = process.env.TOKENGATE_TEST_CHROMIUM ?? '/usr/bin/chromium';
-/** Names of the applications' and an attacker's sites, resolved to this machine by Chromium itself. */
-const HOSTS = '--host-resolver-rules=MAP festival.test 127.0.0.1, MAP merch.test 127.0.0.1, MAP attacker.test 127.0.0.1';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-quic', '--no-first-run', HOSTS];
-const AXE_SCRIPT = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
-const WCAG_21_AA = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'];
 /** The stated reach of a disconnection: every sidecar and every ingress within a second. */
 const REVOCATION_BOUND_MS = 1_000;
 
@@ -124,11 +116,8 @@ beforeAll(async () => {
   );
   await createUser(issuer.store, 'user-fan', EMAIL, PASSWORD);
 
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
-  person = await browser.newContext({ javaScriptEnabled: false });
-  person.on('console', (message) => {
-    if (/Content Security Policy|Refused to/i.test(message.text())) policyViolations.push(message.text());
-  });
+  browser = await launchChromium(['festival.test', 'merch.test', 'attacker.test']);
+  person = await personContext(browser, policyViolations);
 }, 60_000);
 
 afterAll(async () => {
@@ -192,36 +181,9 @@ async function keptAtIngress(token: string): Promise<boolean> {
   return (await atIngress(token)) === 200 && checksAsked === before;
 }
 
-/**
- * The WCAG 2.1 A and AA violations axe-core finds on the page at `url`, opened in a context of
- * its own: with the person's cookies (`signedIn`), or none.
- */
-async function accessibilityViolations(
-  url: string,
-  colorScheme: 'light' | 'dark',
-  signedIn: boolean,
-): Promise<{ title: string; violations: Array<{ id: string; targets: string[] }> }> {
-  const context = await browser.newContext({ bypassCSP: true, colorScheme });
-  try {
-    if (signedIn) await context.addCookies(await person.cookies());
-    const page = await context.newPage();
-    await page.goto(url);
-    await page.addScriptTag({ path: AXE_SCRIPT });
-    const results = await page.evaluate(async (tags) => {
-      const axe = (
-        globalThis as unknown as {
-          axe: { run(context: unknown, options: unknown): Promise<{ violations: Array<{ id: string; nodes: Array<{ target: string[] }> }> }> };
-        }
-      ).axe;
-      return axe.run(globalThis, { runOnly: { type: 'tag', values: tags } });
-    }, WCAG_21_AA);
-    return {
-      title: await page.title(),
-      violations: results.violations.map((violation) => ({ id: violation.id, targets: violation.nodes.flatMap((node) => node.target) })),
-    };
-  } finally {
-    await context.close();
-  }
+/** The WCAG 2.1 A and AA violations on the page at `url`: with the person's cookies (`signedIn`), or none. */
+function accessibilityViolations(url: string, colorScheme: 'light' | 'dark', signedIn: boolean) {
+  return violationsIn(browser, url, colorScheme, signedIn ? person : null);
 }
 
 describe('the user side in Chromium', () => {

@@ -98,6 +98,9 @@ describe('admin API: applications', () => {
       'resources',
       'rate_limit',
       'token_exchange',
+      'post_logout_redirect_uris',
+      'backchannel_logout_uri',
+      'backchannel_logout_session_required',
       'id_token_signed_response_alg',
       'created_at',
     ]);
@@ -191,6 +194,48 @@ describe('admin API: applications', () => {
     ];
     for (const [uri, fragment] of cases) await expectBadRequest(await admin('POST', '/applications', { name: 'Bad', redirect_uris: [uri] }), fragment);
     for (const uri of ['http://127.0.0.1:8000/cb', 'http://[::1]/cb', 'https://box.example/cb?source=app']) await createApplication({ redirect_uris: [uri] });
+  });
+
+  it('registers, shows, updates and removes the logout settings, each URI held to the redirect URI rule', async () => {
+    const created = await createApplication();
+    expect(created).toMatchObject({ post_logout_redirect_uris: [], backchannel_logout_uri: null, backchannel_logout_session_required: false });
+    const withLogout = await createApplication({
+      post_logout_redirect_uris: ['https://box.example/signed-out', 'http://127.0.0.1:8000/bye', 'https://box.example/signed-out'],
+      backchannel_logout_uri: 'https://box.example/backchannel?source=tokengate',
+      backchannel_logout_session_required: true,
+    });
+    expect(withLogout).toMatchObject({
+      post_logout_redirect_uris: ['https://box.example/signed-out', 'http://127.0.0.1:8000/bye'],
+      backchannel_logout_uri: 'https://box.example/backchannel?source=tokengate',
+      backchannel_logout_session_required: true,
+    });
+    expect(await running.store.applications.get(withLogout.client_id)).toMatchObject({
+      postLogoutRedirectUris: ['https://box.example/signed-out', 'http://127.0.0.1:8000/bye'],
+      backchannelLogoutUri: 'https://box.example/backchannel?source=tokengate',
+      backchannelLogoutSessionRequired: true,
+    });
+
+    const patch = (body: unknown) => admin('PATCH', `/applications/${withLogout.client_id}`, body);
+    const removed = await patch({ post_logout_redirect_uris: [], backchannel_logout_uri: null, backchannel_logout_session_required: false });
+    expect(await removed.json()).toMatchObject({ post_logout_redirect_uris: [], backchannel_logout_uri: null, backchannel_logout_session_required: false });
+    expect(await running.store.applications.get(withLogout.client_id)).not.toHaveProperty('backchannelLogoutUri');
+    const added = await patch({ backchannel_logout_uri: 'http://localhost:4000/logout' });
+    expect(await added.json()).toMatchObject({ backchannel_logout_uri: 'http://localhost:4000/logout', post_logout_redirect_uris: [] });
+
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ post_logout_redirect_uris: ['http://box.example/bye'] }, 'post_logout_redirect_uris: "http://box.example/bye" must use https'],
+      [{ post_logout_redirect_uris: ['https://box.example/bye#top'] }, 'post_logout_redirect_uris: "https://box.example/bye#top" must not contain a fragment'],
+      [{ post_logout_redirect_uris: 'https://box.example/bye' }, 'post_logout_redirect_uris must be a list of strings'],
+      [{ backchannel_logout_uri: 'http://intranet.example/logout' }, 'backchannel_logout_uri: "http://intranet.example/logout" must use https'],
+      [{ backchannel_logout_uri: 'https://user:pw@box.example/logout' }, 'must not contain credentials'],
+      [{ backchannel_logout_uri: ['https://box.example/logout'] }, 'backchannel_logout_uri must be a URL, or null'],
+      [{ backchannel_logout_session_required: 'yes' }, 'backchannel_logout_session_required must be true'],
+    ];
+    for (const [fields, fragment] of cases) {
+      await expectBadRequest(await admin('POST', '/applications', { name: 'x', redirect_uris: ['https://a.example/cb'], ...fields }), fragment);
+      await expectBadRequest(await patch(fields), fragment);
+    }
+    expect(await running.store.applications.get(withLogout.client_id)).toMatchObject({ backchannelLogoutUri: 'http://localhost:4000/logout' });
   });
 
   it('refuses other malformed input with clear 400s', async () => {

@@ -6,6 +6,7 @@ import { verifyPassword } from '../src/issuer/passwords.js';
 import { tokenDigest } from '../src/token/token-value.js';
 import { runCli, type CliResult } from './support/cli.js';
 import { adminFetch, issueAuthorizationCode, postForm, startTokengate, type RunningTokengate } from './support/instance.js';
+import { codeBlocks, readDocument, sectionOf, shellCommands } from './support/markdown.js';
 import { freePort } from './support/ports.js';
 
 /**
@@ -144,6 +145,57 @@ describe('tokengate apps', { timeout: CLI_STEPS_TIMEOUT }, () => {
     await tokengate(withConfig('apps', 'update', application.client_id, '--token-exchange', 'off'));
     expect(await running.store.applications.get(application.client_id)).toMatchObject({ tokenExchange: false });
 
+    // Sign-out: where the user may be sent after it, where the application is told of it; `none` takes them away.
+    const logout = await tokengate(
+      withConfig(
+        'apps',
+        'update',
+        application.client_id,
+        '--post-logout-redirect-uri',
+        'https://scanner.example/signed-out',
+        '--post-logout-redirect-uri',
+        'http://localhost:5173/bye',
+        '--backchannel-logout-uri',
+        'https://scanner.example/backchannel',
+        '--backchannel-logout-session-required',
+        'on',
+        '--json',
+      ),
+    );
+    expect(JSON.parse(logout.stdout)).toMatchObject({
+      post_logout_redirect_uris: ['https://scanner.example/signed-out', 'http://localhost:5173/bye'],
+      backchannel_logout_uri: 'https://scanner.example/backchannel',
+      backchannel_logout_session_required: true,
+    });
+    expect(await tokengate(withConfig('apps', 'update', application.client_id, '--backchannel-logout-session-required', 'yes'))).toMatchObject({ code: 2 });
+    const plainHttp = await tokengate(withConfig('apps', 'update', application.client_id, '--backchannel-logout-uri', 'http://scanner.example/backchannel'));
+    expect(plainHttp.stderr).toContain('backchannel_logout_uri: "http://scanner.example/backchannel" must use https');
+    await tokengate(withConfig('apps', 'update', application.client_id, '--post-logout-redirect-uri', 'none', '--backchannel-logout-uri', 'none'));
+    const withoutLogout = await running.store.applications.get(application.client_id);
+    expect(withoutLogout).toMatchObject({ postLogoutRedirectUris: [], backchannelLogoutSessionRequired: true });
+    expect(withoutLogout).not.toHaveProperty('backchannelLogoutUri');
+    const registered = await tokengate(
+      withConfig(
+        'apps',
+        'create',
+        '--name',
+        'Merch',
+        '--redirect-uri',
+        'https://merch.example/cb',
+        '--post-logout-redirect-uri',
+        'https://merch.example/bye',
+        '--backchannel-logout-uri',
+        'https://merch.example/backchannel',
+        '--backchannel-logout-session-required',
+        '--json',
+      ),
+    );
+    expect(JSON.parse(registered.stdout)).toMatchObject({
+      post_logout_redirect_uris: ['https://merch.example/bye'],
+      backchannel_logout_uri: 'https://merch.example/backchannel',
+      backchannel_logout_session_required: true,
+    });
+
     const token = running.tokengate.context.minter.mint();
     await running.store.tokens.saveAccessToken(tokenDigest(token), {
       kind: 'user',
@@ -158,6 +210,25 @@ describe('tokengate apps', { timeout: CLI_STEPS_TIMEOUT }, () => {
     expect(deleted).toMatchObject({ code: 0, stdout: `Deleted application ${application.client_id} and revoked its tokens.\n` });
     expect(await running.store.tokens.getAccessToken(tokenDigest(token))).toBeNull();
     expect(await running.store.applications.get(application.client_id)).toBeNull();
+  });
+
+  it("runs docs/account.md's sign-out registration commands as written, each doing what the text says", async () => {
+    const commands = codeBlocks(sectionOf(readDocument('docs/account.md'), '## Sign-out from an application'), 'sh').flatMap(shellCommands);
+    expect(commands).toHaveLength(3);
+    // Words as the shell splits these lines: on spaces, double quotes kept together.
+    const words = (command: string) => [...command.matchAll(/"([^"]*)"|(\S+)/g)].map((match) => match[1] ?? match[2]!).slice(1);
+    const created = await tokengate(withConfig(...words(commands[0]!), '--json'));
+    const { client_id: clientId } = JSON.parse(created.stdout) as { client_id: string };
+    const recorded = () => running.store.applications.get(clientId);
+    expect(await recorded()).toMatchObject({
+      postLogoutRedirectUris: ['https://box-office.example/signed-out'],
+      backchannelLogoutUri: 'https://box-office.example/backchannel-logout',
+    });
+    expect(await tokengate(withConfig(...words(commands[1]!.replace('CLIENT_ID', clientId))))).toMatchObject({ code: 0 });
+    expect(await recorded()).toMatchObject({ backchannelLogoutSessionRequired: true });
+    expect(await tokengate(withConfig(...words(commands[2]!.replace('CLIENT_ID', clientId))))).toMatchObject({ code: 0 });
+    expect(await recorded()).toMatchObject({ postLogoutRedirectUris: [] });
+    expect(await recorded()).not.toHaveProperty('backchannelLogoutUri');
   });
 
   it("prints the admin API's refusal on one line and exits 1", async () => {

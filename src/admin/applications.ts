@@ -8,7 +8,7 @@ import { resourceRegistry } from '../resource/registry.js';
 import { deleteApplicationAndTokens } from '../store/deletions.js';
 import type { ApplicationRecord } from '../store/store.js';
 import { recordAdminChange } from './admin-auth.js';
-import { readApplicationInput, readApplicationPatch } from './validate.js';
+import { readApplicationInput, readApplicationPatch, type LogoutSettings } from './validate.js';
 
 /** An application as the admin API shows it: never its secret, not even the digest. */
 export interface ApplicationView {
@@ -25,6 +25,12 @@ export interface ApplicationView {
   rate_limit: string | null;
   /** Whether it may exchange its users' tokens for tokens of other resources (RFC 8693). */
   token_exchange: boolean;
+  /** Where RP-Initiated Logout may send the user after sign-out (exact strings). */
+  post_logout_redirect_uris: string[];
+  /** Where its Back-Channel Logout tokens are POSTed; null: it is not told. */
+  backchannel_logout_uri: string | null;
+  /** Every logout token it gets must name the session (`sid`). */
+  backchannel_logout_session_required: boolean;
   /** The algorithm of its ID tokens (OpenID Connect). */
   id_token_signed_response_alg: 'RS256' | 'ES256';
   created_at: string;
@@ -41,8 +47,22 @@ function view(application: ApplicationRecord): ApplicationView {
     resources: application.resources ?? [],
     rate_limit: application.rateLimit ?? null,
     token_exchange: application.tokenExchange === true,
+    post_logout_redirect_uris: application.postLogoutRedirectUris ?? [],
+    backchannel_logout_uri: application.backchannelLogoutUri ?? null,
+    backchannel_logout_session_required: application.backchannelLogoutSessionRequired === true,
     id_token_signed_response_alg: application.idTokenSignedResponseAlg ?? 'RS256',
     created_at: new Date(application.createdAt).toISOString(),
+  };
+}
+
+/** The logout settings given at registration, left out of the record when empty. */
+function withLogoutSettings(settings: LogoutSettings): Partial<ApplicationRecord> {
+  return {
+    ...(settings.postLogoutRedirectUris !== undefined && settings.postLogoutRedirectUris.length > 0
+      ? { postLogoutRedirectUris: settings.postLogoutRedirectUris }
+      : {}),
+    ...(settings.backchannelLogoutUri !== undefined ? { backchannelLogoutUri: settings.backchannelLogoutUri } : {}),
+    ...(settings.backchannelLogoutSessionRequired === true ? { backchannelLogoutSessionRequired: true } : {}),
   };
 }
 
@@ -80,6 +100,7 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
       confidential: input.confidential,
       createdAt: Date.now(),
       ...(input.resources.length > 0 ? { resources: input.resources } : {}),
+      ...withLogoutSettings(input.logout),
       ...(input.idTokenSignedResponseAlg === undefined ? {} : { idTokenSignedResponseAlg: input.idTokenSignedResponseAlg }),
     };
     await context.store.applications.put(application);
@@ -105,7 +126,10 @@ export function registerApplicationRoutes(scope: FastifyInstance, context: Token
     );
     const application = await context.store.applications.get(clientId);
     if (application === null) throw new TokengateError('RESOURCE_NOT_FOUND', { description: 'No application has this client_id.' });
-    const updated: ApplicationRecord = { ...application, ...patch };
+    const { backchannelLogoutUri, ...rest } = patch;
+    const updated: ApplicationRecord = { ...application, ...rest };
+    if (backchannelLogoutUri === null) delete updated.backchannelLogoutUri;
+    else if (backchannelLogoutUri !== undefined) updated.backchannelLogoutUri = backchannelLogoutUri;
     await context.store.applications.put(updated);
     recordAdminChange(request, { action: 'application updated', clientId, fields: Object.keys(patch) });
     return view(updated);

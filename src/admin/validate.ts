@@ -19,7 +19,11 @@ export interface ApplicationInput {
   resources: string[];
   /** The algorithm of its ID tokens; absent: RS256. */
   idTokenSignedResponseAlg?: 'RS256' | 'ES256';
+  logout: LogoutSettings;
 }
+
+/** How an application hears of sign-out (OpenID Connect RP-Initiated and Back-Channel Logout 1.0). */
+export type LogoutSettings = Pick<ApplicationRecord, 'postLogoutRedirectUris' | 'backchannelLogoutUri' | 'backchannelLogoutSessionRequired'>;
 
 export interface UserInput {
   email: string;
@@ -51,7 +55,16 @@ export function readApplicationInput(
   if (typeof confidential !== 'boolean') throw invalid('confidential must be true or false');
   const resources = readResources(stringList(fields, 'resources') ?? [], registeredResources);
   const alg = fields.id_token_signed_response_alg === undefined ? undefined : readIdTokenAlgorithm(fields.id_token_signed_response_alg, idTokenAlgorithms);
-  return { name, redirectUris, scopes, confidential, resources, ...(alg === undefined ? {} : { idTokenSignedResponseAlg: alg }) };
+  const { backchannelLogoutUri, ...logout } = readLogoutSettings(fields);
+  return {
+    name,
+    redirectUris,
+    scopes,
+    confidential,
+    resources,
+    ...(alg === undefined ? {} : { idTokenSignedResponseAlg: alg }),
+    logout: { ...logout, ...(backchannelLogoutUri === undefined || backchannelLogoutUri === null ? {} : { backchannelLogoutUri }) },
+  };
 }
 
 /**
@@ -62,7 +75,13 @@ export function readApplicationInput(
  */
 export type ApplicationPatch = Partial<
   Pick<ApplicationRecord, 'name' | 'redirectUris' | 'scopes' | 'dpop' | 'resources' | 'rateLimit' | 'tokenExchange' | 'idTokenSignedResponseAlg'>
->;
+> &
+  LogoutPatch;
+
+/** `backchannelLogoutUri: null` takes the URI away. */
+type LogoutPatch = { postLogoutRedirectUris?: string[]; backchannelLogoutUri?: string | null; backchannelLogoutSessionRequired?: boolean };
+
+const LOGOUT_FIELDS = ['post_logout_redirect_uris', 'backchannel_logout_uri', 'backchannel_logout_session_required'];
 
 /** `registeredResources`: the resources an application may be limited to; `rateLimits`: the policies its tier may name. */
 export function readApplicationPatch(
@@ -73,7 +92,17 @@ export function readApplicationPatch(
   idTokenAlgorithms: readonly string[] = [],
 ): ApplicationPatch {
   const fields = asObject(body);
-  const known = new Set(['name', 'redirect_uris', 'scopes', 'dpop', 'resources', 'rate_limit', 'token_exchange', 'id_token_signed_response_alg']);
+  const known = new Set([
+    'name',
+    'redirect_uris',
+    'scopes',
+    'dpop',
+    'resources',
+    'rate_limit',
+    'token_exchange',
+    'id_token_signed_response_alg',
+    ...LOGOUT_FIELDS,
+  ]);
   const unknownFields = Object.keys(fields).filter((field) => !known.has(field));
   if (unknownFields.length > 0) throw invalid(`cannot update ${unknownFields.join(', ')} (an application's updatable fields: ${[...known].join(', ')})`);
   if (Object.keys(fields).length === 0) throw invalid(`give at least one field to update (${[...known].join(', ')})`);
@@ -99,7 +128,32 @@ export function readApplicationPatch(
   }
   if (fields.id_token_signed_response_alg !== undefined)
     patch.idTokenSignedResponseAlg = readIdTokenAlgorithm(fields.id_token_signed_response_alg, idTokenAlgorithms);
-  return patch;
+  return { ...patch, ...readLogoutSettings(fields) };
+}
+
+/**
+ * The logout fields given, checked like redirect URIs (https, or http on the loopback for
+ * development; no fragment, no credentials): a post-logout redirect URI is where a browser is
+ * sent, and the back-channel URI is where this server POSTs from inside the deployment, so
+ * neither may name a plain-http host elsewhere. `backchannel_logout_uri: null` removes it.
+ */
+function readLogoutSettings(fields: Record<string, unknown>): LogoutPatch {
+  const settings: LogoutPatch = {};
+  const postLogout = stringList(fields, 'post_logout_redirect_uris');
+  if (postLogout !== undefined) settings.postLogoutRedirectUris = readUriList('post_logout_redirect_uris', postLogout);
+  const backchannel = fields.backchannel_logout_uri;
+  if (backchannel === null) settings.backchannelLogoutUri = null;
+  else if (backchannel !== undefined) {
+    if (typeof backchannel !== 'string' || backchannel === '') throw invalid('backchannel_logout_uri must be a URL, or null to remove it');
+    [settings.backchannelLogoutUri] = readUriList('backchannel_logout_uri', [backchannel]);
+  }
+  const sessionRequired = fields.backchannel_logout_session_required;
+  if (sessionRequired !== undefined) {
+    if (typeof sessionRequired !== 'boolean')
+      throw invalid('backchannel_logout_session_required must be true (every logout token must name the session, sid) or false');
+    settings.backchannelLogoutSessionRequired = sessionRequired;
+  }
+  return settings;
 }
 
 /** `id_token_signed_response_alg` (OpenID Connect Dynamic Client Registration 1.0): one of the deployment's ID token algorithms. */
@@ -145,11 +199,16 @@ function readName(value: string): string {
 
 function readRedirectUris(redirectUris: string[]): string[] {
   if (redirectUris.length === 0) throw invalid('redirect_uris must list at least one callback URL');
-  for (const uri of redirectUris) {
+  return readUriList('redirect_uris', redirectUris);
+}
+
+/** URIs tokengate sends a browser or a request to, each held to the redirect URI rule; duplicates dropped. */
+function readUriList(field: string, uris: string[]): string[] {
+  for (const uri of uris) {
     const problem = redirectUriProblem(uri);
-    if (problem !== null) throw invalid(`redirect_uris: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
+    if (problem !== null) throw invalid(`${field}: ${JSON.stringify(uri.slice(0, 200))} ${problem}`);
   }
-  return [...new Set(redirectUris)];
+  return [...new Set(uris)];
 }
 
 export function readScopes(scopes: string[], issuer: IssuerScopes): string[] {

@@ -97,9 +97,9 @@ function describeSignals(signals: SharedSignalsView): string {
 }
 
 const APPS_CREATE_USAGE =
-  'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--json]';
+  'tokengate apps create --name N --redirect-uri URL [--redirect-uri URL2] [--scopes "public"] [--resource URI [--resource URI2]] [--public] [--post-logout-redirect-uri URL ...] [--backchannel-logout-uri URL [--backchannel-logout-session-required]] [--json]';
 const APPS_UPDATE_USAGE =
-  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--id-token-alg RS256|ES256] [--json]';
+  'tokengate apps update CLIENT_ID [--name N] [--redirect-uri URL [--redirect-uri URL2]] [--scopes "public"] [--resource URI [--resource URI2] | --all-resources] [--dpop required|allowed] [--rate-limit POLICY|default] [--token-exchange on|off] [--id-token-alg RS256|ES256] [--post-logout-redirect-uri URL ... | none] [--backchannel-logout-uri URL|none] [--backchannel-logout-session-required on|off] [--json]';
 const USERS_CREATE_USAGE = 'tokengate users create --email E --password-stdin [--json]';
 const USERS_REVOKE_GRANT_USAGE = 'tokengate users revoke-grant USER_ID CLIENT_ID';
 const TOKENS_REVOKE_USAGE = 'tokengate tokens revoke --user ID | --client ID | --idp ISSUER --subject SUB';
@@ -111,6 +111,17 @@ function scopeList(value: unknown): string[] | undefined {
     : String(value)
         .split(/[\s,]+/)
         .filter(Boolean);
+}
+
+/** `apps update`'s logout settings as the admin API takes them: `none` empties the list, or removes the back-channel URI. */
+function logoutPatch(values: Record<string, unknown>, sessionRequired: string | undefined): Record<string, unknown> {
+  const postLogout = values['post-logout-redirect-uri'] as string[] | undefined;
+  const backchannel = values['backchannel-logout-uri'] as string | undefined;
+  return {
+    ...(postLogout === undefined ? {} : { post_logout_redirect_uris: postLogout.length === 1 && postLogout[0] === 'none' ? [] : postLogout }),
+    ...(backchannel === undefined ? {} : { backchannel_logout_uri: backchannel === 'none' ? null : backchannel }),
+    ...(sessionRequired === undefined ? {} : { backchannel_logout_session_required: sessionRequired === 'on' }),
+  };
 }
 
 export const ADMIN_COMMANDS: Record<string, Command> = {
@@ -125,6 +136,9 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       scopes: { type: 'string' },
       resource: { type: 'string', multiple: true },
       public: { type: 'boolean', default: false },
+      'post-logout-redirect-uri': { type: 'string', multiple: true },
+      'backchannel-logout-uri': { type: 'string' },
+      'backchannel-logout-session-required': { type: 'boolean', default: false },
     },
     async run(values) {
       if (values.name === undefined) throw new UsageError(`--name is required\nusage: ${APPS_CREATE_USAGE}`);
@@ -137,6 +151,9 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ...(scopes === undefined ? {} : { scopes }),
         ...(values.resource === undefined ? {} : { resources: values.resource }),
         confidential: values.public !== true,
+        ...(values['post-logout-redirect-uri'] === undefined ? {} : { post_logout_redirect_uris: values['post-logout-redirect-uri'] }),
+        ...(values['backchannel-logout-uri'] === undefined ? {} : { backchannel_logout_uri: values['backchannel-logout-uri'] }),
+        ...(values['backchannel-logout-session-required'] === true ? { backchannel_logout_session_required: true } : {}),
       });
       if (values.json === true) {
         printJson(created);
@@ -195,6 +212,9 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       'rate-limit': { type: 'string' },
       'token-exchange': { type: 'string' },
       'id-token-alg': { type: 'string' },
+      'post-logout-redirect-uri': { type: 'string', multiple: true },
+      'backchannel-logout-uri': { type: 'string' },
+      'backchannel-logout-session-required': { type: 'string' },
     },
     async run(values, positionals) {
       const clientId = onePositional(positionals, 'CLIENT_ID', APPS_UPDATE_USAGE);
@@ -204,6 +224,9 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       if (values.resource !== undefined && values['all-resources'] === true)
         throw new UsageError(`give either --resource or --all-resources\nusage: ${APPS_UPDATE_USAGE}`);
       const rateLimit = values['rate-limit'];
+      const sessionRequired = values['backchannel-logout-session-required'];
+      if (sessionRequired !== undefined && sessionRequired !== 'on' && sessionRequired !== 'off')
+        throw new UsageError(`--backchannel-logout-session-required takes on or off\nusage: ${APPS_UPDATE_USAGE}`);
       const patch = {
         ...(values.name === undefined ? {} : { name: values.name }),
         ...(values['redirect-uri'] === undefined ? {} : { redirect_uris: values['redirect-uri'] }),
@@ -215,6 +238,7 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
         ...(rateLimit === undefined ? {} : { rate_limit: rateLimit === 'default' ? null : rateLimit }),
         ...(tokenExchange === undefined ? {} : { token_exchange: tokenExchange === 'on' }),
         ...(values['id-token-alg'] === undefined ? {} : { id_token_signed_response_alg: values['id-token-alg'] }),
+        ...logoutPatch(values, sessionRequired),
       };
       if (Object.keys(patch).length === 0) throw new UsageError(`give at least one setting to change\nusage: ${APPS_UPDATE_USAGE}`);
       const updated = await client(values).request<ApplicationView>('PATCH', `/applications/${encodeURIComponent(clientId)}`, patch);

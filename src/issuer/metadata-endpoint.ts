@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { TokengateContext } from '../context.js';
 import { DPOP_SIGNING_ALGORITHMS } from '../dpop/algorithms.js';
+import { logoutMetadata } from '../logout/end-session.js';
 import { CLIENT_AUTH_METHODS } from './client-auth.js';
 import { ID_JAG_PROFILE } from '../identity-providers/index.js';
 import { GRANT_TYPES, JWT_BEARER_GRANT_TYPE } from './grant-types/index.js';
@@ -86,5 +87,7 @@ export function authorizationServerMetadata(context: TokengateContext) {
     ...(context.config.clientMetadataDocuments.enabled ? { client_id_metadata_document_supported: true } : {}),
     // draft-ietf-oauth-identity-assertion-authz-grant: the assertions of trusted identity providers (ID-JAG).
     ...(assertions ? { authorization_grant_profiles_supported: [ID_JAG_PROFILE] } : {}),
+    // OpenID Connect RP-Initiated and Back-Channel Logout: with OpenID Connect on (its keys sign the logout tokens).
+    ...(context.openid === null ? {} : logoutMetadata(issuer)),
   };
 }

@@ -200,7 +200,7 @@ function storeMetrics(registers: Registry[]) {
   };
 }
 
-/** The issuer: tokens issued and refused, sign-ins, authorization redirects. */
+/** The issuer: tokens issued and refused, sign-ins, authorization redirects, back-channel logouts. */
 function issuerMetrics(registers: Registry[]) {
   return {
     tokensIssued: new Counter({
@@ -225,6 +225,12 @@ function issuerMetrics(registers: Registry[]) {
       name: 'tokengate_authorization_responses_total',
       help: 'Redirects from the authorization endpoint back to applications, by result (code, or the error sent: access_denied, invalid_request, invalid_scope, unsupported_response_type).',
       labelNames: ['result'] as const,
+      registers,
+    }),
+    backchannelLogouts: new Counter({
+      name: 'tokengate_backchannel_logouts_total',
+      help: "Logout tokens sent to applications' back-channel logout URIs, by outcome (sent: answered 2xx; failed: refused, or every attempt failed).",
+      labelNames: ['outcome'] as const,
       registers,
     }),
   };

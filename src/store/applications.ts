@@ -19,6 +19,12 @@ export interface ApplicationRecord {
   rateLimit?: string | null;
   /** The operator lets it exchange its users' tokens for tokens of other resources (RFC 8693). Absent: it may not. */
   tokenExchange?: boolean;
+  /** Where RP-Initiated Logout may send the user after sign-out, compared exactly (OpenID Connect RP-Initiated Logout 1.0). Absent: nowhere. */
+  postLogoutRedirectUris?: string[];
+  /** Where its logout tokens are POSTed (OpenID Connect Back-Channel Logout 1.0). Absent: it is not told of logouts. */
+  backchannelLogoutUri?: string;
+  /** It needs `sid` in every logout token (`backchannel_logout_session_required`). Absent: false. */
+  backchannelLogoutSessionRequired?: boolean;
   /** The algorithm of its ID tokens (OpenID Connect Dynamic Client Registration's `id_token_signed_response_alg`). Absent: RS256. */
   idTokenSignedResponseAlg?: 'RS256' | 'ES256';
 }

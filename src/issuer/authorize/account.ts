@@ -76,7 +76,7 @@ function createAccountPages(context: TokengateContext, steps: PageSteps) {
       const grant = await context.store.grants.get(userId, clientId);
       const connection = grant === null ? null : await connectionOf(grant);
       const { existed, revoked } = await endGrant(context.store, userId, clientId);
-      announceLogout(context, { kind: 'grant-ended', userId, clientId });
+      announceLogout(context, { kind: 'grant-ended', userId, clientId, sessionKey: session.key });
       request.log.info({ clientId, existed, revoked }, 'application disconnected by its user');
       session.data.notice = existed
         ? `${connection?.name ?? 'The application'} is disconnected: its access has ended.`

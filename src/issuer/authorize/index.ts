@@ -7,6 +7,7 @@ import { noteFailure, TokengateError } from '../../errors.js';
 import { isMetadataClient } from '../../client-metadata/client-id.js';
 import type { IssuerConfig } from '../../config/schema.js';
 import type { ApplicationRecord, AuthorizationCodeRecord, OpenIdSignIn } from '../../store/store.js';
+import { registerEndSession } from '../../logout/end-session.js';
 import { tokenDigest } from '../../token/token-value.js';
 import { consentRequired, promptAsksForConsent, type ConsentAnswer } from '../consent.js';
 import { isOpenIdGrant } from '../id-token.js';
@@ -24,7 +25,8 @@ import { consentPage, contentSecurityPolicy, errorPage, loginPage, type Document
  *   POST /oauth/authorize/login            check the form -> throttle -> check credentials -> new session -> back to GET
  *   POST /oauth/authorize/decision         check the form -> check the request again -> code or access_denied to the application
  *   POST /oauth/authorize/switch-account   check the form -> end the session -> back to GET (sign-in page)
- * and the account page (./account.ts), which shares their sign-in, session and headers.
+ * and the account page (./account.ts) and RP-Initiated Logout (../../logout/end-session.ts),
+ * which share their sign-in, session and headers.
  * Signed in, GET /oauth/authorize asks `consentRequired` (../consent.ts) whether the user's
  * grant spares them the consent page; if so the code goes back at once.
  * The sign-in form carries its request MAC'd and a CSRF token bound to the browser's cookie
@@ -52,6 +54,7 @@ export async function registerAuthorization(app: FastifyInstance, context: Token
     scope.post('/oauth/authorize/decision', { bodyLimit: FORM_BODY_LIMIT }, endpoint.decide);
     scope.post('/oauth/authorize/switch-account', { bodyLimit: FORM_BODY_LIMIT }, endpoint.switchAccount);
     registerAccountPages(scope, context, steps, FORM_BODY_LIMIT);
+    registerEndSession(scope, context, steps, FORM_BODY_LIMIT);
   });
 }
 
