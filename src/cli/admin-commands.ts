@@ -18,6 +18,26 @@ interface CreatedApplication extends ApplicationView {
 
 const client = (values: OptionValues) => adminClientFor(String(values.config));
 
+/** `keys list` and `openid-keys list`: a signing key set in the store, as the admin API lists it (never the private halves). */
+function listKeys(kind: string, usage: string, path: string): Command {
+  return {
+    summary: `List the ${kind} signing keys in the store (never their private halves).`,
+    usage: `${usage} [--json]`,
+    options: { ...configOption, ...jsonOption },
+    async run(values) {
+      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', path);
+      if (values.json === true) printJson(answer);
+      else
+        print(
+          table(
+            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
+            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
+          ),
+        );
+      return 0;
+    },
+  };
+}
 function print(text: string): void {
   process.stdout.write(`${text}\n`);
 }
@@ -400,38 +420,6 @@ export const ADMIN_COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
-  'openid-keys list': {
-    summary: 'List the ID token signing keys in the store (never their private halves).',
-    usage: 'tokengate openid-keys list [--json]',
-    options: { ...configOption, ...jsonOption },
-    async run(values) {
-      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', '/openid-keys');
-      if (values.json === true) printJson(answer);
-      else
-        print(
-          table(
-            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
-            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
-          ),
-        );
-      return 0;
-    },
-  },
-  'keys list': {
-    summary: 'List the identity signing keys in the store (never their private halves).',
-    usage: 'tokengate keys list [--json]',
-    options: { ...configOption, ...jsonOption },
-    async run(values) {
-      const answer = await client(values).request<{ keys: SigningKeyView[] }>('GET', '/keys');
-      if (values.json === true) printJson(answer);
-      else
-        print(
-          table(
-            ['KID', 'ALG', 'CREATED', 'SIGNS_FROM'],
-            answer.keys.map((key) => [key.kid, key.alg, key.created_at, key.activates_at]),
-          ),
-        );
-      return 0;
-    },
-  },
+  'openid-keys list': listKeys('ID token', 'tokengate openid-keys list', '/openid-keys'),
+  'keys list': listKeys('identity', 'tokengate keys list', '/keys'),
 };

@@ -11,21 +11,33 @@ import type { SignedIdentity } from './index.js';
  */
 export const JWKS_PATH = '/.well-known/tokengate-identity-jwks.json';
 
+/** A published key set: its path, how long holders may keep it, and its current body. */
+export interface PublishedKeySet {
+  readonly path: string;
+  readonly maxAgeSeconds: number;
+  jwksBody(): string;
+}
+
 /**
- * GET the JWKS: the keys published now (a new one long before it signs, an old one until its last
- * assertion has expired), cacheable for `jwksMaxAgeSeconds`, which the rotation timeline is built
- * around (docs/gateway.md#key-rotation).
+ * GET a key set: the keys published now (a new one long before it signs, an old one until the
+ * last token it signed has expired), cacheable for `maxAgeSeconds`, which the rotation timeline
+ * is built around (docs/gateway.md#key-rotation). Each signer's keys get an endpoint of their own.
  */
-export async function registerJwks(app: FastifyInstance, identity: SignedIdentity, observed: { metrics: Metrics; requestLog: RequestLog }): Promise<void> {
-  const cacheControl = `public, max-age=${identity.jwksMaxAgeSeconds}`;
-  await app.register(async function identityJwks(scope) {
+export async function registerKeySet(app: FastifyInstance, keySet: PublishedKeySet, observed: { metrics: Metrics; requestLog: RequestLog }): Promise<void> {
+  const cacheControl = `public, max-age=${keySet.maxAgeSeconds}`;
+  await app.register(async function publishedKeySet(scope) {
     observeRequests(scope, 'public', observed.metrics, observed.requestLog);
-    scope.get(JWKS_PATH, async (_request, reply) =>
+    scope.get(keySet.path, async (_request, reply) =>
       reply
         .header('content-type', 'application/jwk-set+json')
         .header('cache-control', cacheControl)
         .header('access-control-allow-origin', '*')
-        .send(identity.ring.jwksBody()),
+        .send(keySet.jwksBody()),
     );
   });
+}
+
+/** The identity assertions' keys at JWKS_PATH. */
+export function registerJwks(app: FastifyInstance, identity: SignedIdentity, observed: { metrics: Metrics; requestLog: RequestLog }): Promise<void> {
+  return registerKeySet(app, { path: JWKS_PATH, maxAgeSeconds: identity.jwksMaxAgeSeconds, jwksBody: () => identity.ring.jwksBody() }, observed);
 }
