@@ -229,6 +229,8 @@ describe('the sign-in page', () => {
     expect(csp).toContain("frame-ancestors 'none'");
     expect(csp).toContain("default-src 'none'");
     expect(csp).not.toMatch(/script-src|unsafe-inline/);
+    // A remembered approval sends the code from the sign-in's redirect: form-action lets it reach the application.
+    expect(csp).toContain("form-action 'self' https://app.example;");
     // The one inline stylesheet is allowed by its hash, and nothing else is.
     const style = /<style>([\s\S]*?)<\/style>/.exec(page)![1]!;
     expect(csp).toContain(`style-src 'sha256-${createHash('sha256').update(style).digest('base64')}'`);

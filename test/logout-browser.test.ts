@@ -1,7 +1,7 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createRemoteJWKSet, decodeJwt, jwtVerify, type JWTPayload } from 'jose';
-import type { Browser, BrowserContext } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clientSecretDigest } from '../src/issuer/client-auth.js';
 import { BACKCHANNEL_LOGOUT_EVENT } from '../src/logout/logout-token.js';
@@ -15,9 +15,13 @@ import { eventually } from './support/wait.js';
  *
  * - the application's sign-out link with the ID token it got (the code flow with `openid`) and its registered
  *   post_logout_redirect_uri asks, then ends the session and lands on the application's page
- *   with `state`; the next authorization asks to sign in; the application's back-channel
- *   endpoint receives a logout token for that session, which verifies with jose against
- *   /.well-known/jwks.json;
+ *   with `state`; the next authorization asks to sign in, and signing in right there sends the
+ *   person on to the application with a code whose ID token names the new session; the
+ *   application's back-channel endpoint receives a logout token for that session, which verifies
+ *   with jose against /.well-known/jwks.json;
+ * - after the account page's sign-out, the same: a sign-in on the authorization page of an
+ *   application approved before ends at the application with a code (the sign-in page's CSP
+ *   form-action lets that redirect through);
  * - the application's sign-out form, posted from its own site (no session cookie comes along:
  *   SameSite=Lax), still reaches the question with the session;
  * - another site's link only asks, and its forged answer signs no one out;
@@ -116,22 +120,38 @@ const authorizeUrl = () =>
   `${issuer.baseUrl}${authorizePath({ client_id: 'festival', redirect_uri: festival.redirectUri, response_type: 'code', scope: 'openid public', state: 'a', nonce: 'n-1' })}`;
 
 /**
- * Signs the person in (on the account page) and has Festival ask for authorization, approving it
- * the first time; returns the code Festival receives.
+ * Festival asks for authorization; the person signs in on that page unless signed in already, and
+ * approves Festival the first time. Returns the code Festival receives.
  */
 async function signIn(): Promise<string> {
   const page = await person.newPage();
-  await page.goto(`${issuer.baseUrl}/oauth/account`);
+  await page.goto(authorizeUrl());
+  const code = (await page.title()) === 'Sign in · Ticketing' ? await signInOnThisPage(page) : await codeAfterApproval(page);
+  await page.close();
+  return code;
+}
+
+/**
+ * Signs in on the authorization request's sign-in page `page` shows; returns Festival's code. The
+ * consent page has the sign-in page's URL, so the wait is for the sign-in form to go, not for a URL.
+ */
+async function signInOnThisPage(page: Page): Promise<string> {
   await page.getByLabel('E-mail address').fill(EMAIL);
   await page.getByLabel('Password').fill(PASSWORD);
-  await Promise.all([page.waitForURL(`${issuer.baseUrl}/oauth/account`), page.getByRole('button', { name: 'Sign in' }).click()]);
-  await page.goto(authorizeUrl());
+  const signInButton = page.getByRole('button', { name: 'Sign in' });
+  await signInButton.click();
+  await signInButton.waitFor({ state: 'detached', timeout: 10_000 });
+  return codeAfterApproval(page);
+}
+
+/** Festival's code: on its callback already when it is approved, else after Approve on the consent page. */
+async function codeAfterApproval(page: Page): Promise<string> {
   if (!page.url().startsWith(festival.redirectUri)) {
     await Promise.all([page.waitForURL((url) => url.href.startsWith(festival.redirectUri)), page.getByRole('button', { name: 'Approve' }).click()]);
   }
-  const code = new URL(page.url()).searchParams.get('code')!;
-  await page.close();
-  return code;
+  const code = new URL(page.url()).searchParams.get('code');
+  expect(code).toEqual(expect.any(String));
+  return code!;
 }
 
 /** The ID token Festival gets for `code` at the token endpoint. */
@@ -146,6 +166,13 @@ async function idTokenFor(code: string): Promise<string> {
   const body = (await response.json()) as { id_token?: string };
   expect(response.status, JSON.stringify(body)).toBe(200);
   return body.id_token!;
+}
+
+/** An ID token for Festival, verified with jose against /.well-known/jwks.json. */
+async function verifiedIdToken(token: string): Promise<JWTPayload> {
+  const keys = createRemoteJWKSet(new URL(`${issuer.baseUrl}/.well-known/jwks.json`));
+  const { payload } = await jwtVerify(token, keys, { issuer: issuer.tokengate.context.openid!.issuer, audience: 'festival', algorithms: ['RS256'] });
+  return payload;
 }
 
 async function verifiedLogoutToken(token: string): Promise<JWTPayload> {
@@ -186,10 +213,29 @@ describe('sign-out for the applications in Chromium', () => {
     expect(await page.title()).toBe('Signed out of Festival');
     await page.goto(authorizeUrl());
     expect(await page.title()).toBe('Sign in · Ticketing');
+
+    // Signing in again right there: Festival is approved already, so its code follows the sign-in
+    // at once, and its ID token names the new session.
+    const again = await verifiedIdToken(await idTokenFor(await signInOnThisPage(page)));
+    expect(again).toMatchObject({ sub: USER_ID, nonce: 'n-1' });
+    expect(again.sid).toEqual(expect.any(String));
+    expect(again.sid).not.toBe(sid);
     await page.close();
 
     await eventually(() => receiver.tokens.length === 1);
     expect(await verifiedLogoutToken(receiver.tokens[0]!)).toMatchObject({ sub: USER_ID, sid });
+  });
+
+  it('after sign-out on the account page, signing in on the authorization page of an approved application lands on it with a code', async () => {
+    await signIn();
+    const page = await person.newPage();
+    await page.goto(`${issuer.baseUrl}/oauth/account`);
+    await Promise.all([page.waitForURL(`${issuer.baseUrl}/oauth/account/signed-out`), page.getByRole('button', { name: 'Sign out', exact: true }).click()]);
+    await page.goto(authorizeUrl());
+    expect(await page.title()).toBe('Sign in · Ticketing');
+    const idToken = await verifiedIdToken(await idTokenFor(await signInOnThisPage(page)));
+    expect(idToken).toMatchObject({ sub: USER_ID, nonce: 'n-1' });
+    await page.close();
   });
 
   it("the application's sign-out form, posted from its site without the session cookie, still reaches the question with the session", async () => {

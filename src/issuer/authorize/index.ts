@@ -17,7 +17,17 @@ import { ACCOUNT_PATH, registerAccountPages } from './account.js';
 import { AuthorizationRedirectError, afterSignIn, authorizationPath, redirectUriWith, type AuthorizationRequest } from './request.js';
 import type { PendingAuthorization, Session } from './session.js';
 import { field, pageFailure, pageSteps, type PageSteps } from './steps.js';
-import { consentPage, contentSecurityPolicy, errorPage, loginPage, type DocumentClient, type EarlierApproval, type LoginProblem, type Page } from './views.js';
+import {
+  consentPage,
+  contentSecurityPolicy,
+  errorPage,
+  loginPage,
+  type DocumentClient,
+  type EarlierApproval,
+  type LoginProblem,
+  type Page,
+  type SignInFor,
+} from './views.js';
 
 /**
  * GET /oauth/authorize and the forms it shows:
@@ -95,7 +105,7 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
         // prompt=none: no page may be shown (OpenID Connect Core 1.0 section 3.1.2.6).
         if (prompts.has('none')) throw sendBack(authorization, 'LOGIN_REQUIRED', signIn);
         const email = authorization.parameters.login_hint;
-        return sendPage(reply, await signInPage(request, reply, { authorization: authorization.parameters }, authorization.application.name, email));
+        return sendPage(reply, await signInPage(request, reply, { authorization: authorization.parameters }, signInFor(authorization), email));
       }
       const answer = await askConsent(context, authorization, session!.data.userId);
       // select_account: the consent page names the account signed in and offers another, even when the approval is remembered.
@@ -126,7 +136,8 @@ function createAuthorizationEndpoint(context: TokengateContext, steps: PageSteps
       const email = (field(body, 'email') ?? '').trim();
       const password = field(body, 'password') ?? '';
       // The same form again (its target keeps the time it expires at).
-      const retry = (problem: LoginProblem) => sendPage(reply, loginPage({ applicationName: authorization?.application.name ?? null, form, email, problem }));
+      const application = authorization === null ? null : signInFor(authorization);
+      const retry = (problem: LoginProblem) => sendPage(reply, loginPage({ application, form, email, problem }));
 
       if (email === '' || password === '') {
         return retry({
@@ -230,6 +241,11 @@ function consent(
     form: { csrfToken: session.data.csrfToken, requestId: pending.id },
     ...(earlier === undefined ? {} : { earlier }),
   });
+}
+
+/** The application a sign-in page continues to, and where its answer goes. */
+function signInFor(authorization: AuthorizationRequest): SignInFor {
+  return { name: authorization.application.name, redirectUri: authorization.redirectUri };
 }
 
 /** A metadata document client's identity for its consent page; nothing for a registered application. */

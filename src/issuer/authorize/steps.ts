@@ -8,7 +8,7 @@ import { LoginThrottle } from './login-throttle.js';
 import { validateAuthorizationRequest } from './request.js';
 import { Sessions, csrfTokenMatches, type Session } from './session.js';
 import { SignInForms, type SignInTarget } from './sign-in-form.js';
-import { contentSecurityPolicy, loginPage, renderDocument, type Page, type Site } from './views.js';
+import { contentSecurityPolicy, loginPage, renderDocument, type Page, type SignInFor, type Site } from './views.js';
 
 /**
  * What the browser-facing pages share (the authorization endpoint's and the account page's):
@@ -55,13 +55,13 @@ export function pageSteps(context: TokengateContext) {
 
   /**
    * The sign-in page for a browser without a session: its form carries where it leads (the
-   * authorization request, or the account page), nothing is stored. `applicationName` null: the account page's. `email`: pre-filled.
+   * authorization request, or the account page), nothing is stored. `application` null: the account page's. `email`: pre-filled.
    */
-  async function signInPage(request: FastifyRequest, reply: FastifyReply, target: SignInTarget, applicationName: string | null, email?: string) {
+  async function signInPage(request: FastifyRequest, reply: FastifyReply, target: SignInTarget, application: SignInFor | null, email?: string) {
     const cookieValue = sessions.browserValue(request, reply);
     const form = { csrfToken: await signInForms.csrfToken(cookieValue), requestId: await signInForms.seal(target) };
     // `login_hint` (OpenID Connect) fills in the e-mail address; the user may change it.
-    return loginPage({ applicationName, form, ...(email === undefined ? {} : { email }) });
+    return loginPage({ application, form, ...(email === undefined ? {} : { email }) });
   }
 
   /**

@@ -149,8 +149,14 @@ export type LoginProblem = { kind: 'credentials' } | { kind: 'fields'; email?: s
 
 export const INCORRECT_CREDENTIALS = 'The e-mail or password is incorrect.';
 
-/** `applicationName` null: the sign-in of the account page, which no application asked for. */
-export function loginPage(input: { applicationName: string | null; form: FormState; email?: string; problem?: LoginProblem }): Page {
+/** The application a sign-in continues to: its name, and the redirect URI its request names (already checked as registered). */
+export interface SignInFor {
+  name: string;
+  redirectUri: string;
+}
+
+/** `application` null: the sign-in of the account page, which no application asked for. */
+export function loginPage(input: { application: SignInFor | null; form: FormState; email?: string; problem?: LoginProblem }): Page {
   const { problem } = input;
   const credentials = problem?.kind === 'credentials';
   const fieldProblem = (field: 'email' | 'password') => (problem?.kind === 'fields' ? problem[field] : undefined);
@@ -168,8 +174,11 @@ ${error !== undefined ? html`<p class="field-error" id="${name}-error">${error}<
   return {
     status: 200,
     title: 'Sign in',
+    // A remembered approval (or an error for the application) sends the code from the sign-in's
+    // redirect straight to the application: form-action must allow it, as on the consent page.
+    ...(input.application === null ? {} : { formTargets: [formTargetOf(input.application.redirectUri)] }),
     body: html`<h1 id="title">Sign in</h1>
-<p class="lead">${input.applicationName === null ? 'to see the applications connected to your account' : html`to continue to <strong>${input.applicationName}</strong>`}</p>
+<p class="lead">${input.application === null ? 'to see the applications connected to your account' : html`to continue to <strong>${input.application.name}</strong>`}</p>
 <form method="post" action="/oauth/authorize/login">
 ${formState(input.form)}
 ${credentials ? html`<p class="alert" id="login-error" role="alert">${INCORRECT_CREDENTIALS}</p>` : ''}
