@@ -7,11 +7,10 @@ import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'undici';
-import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../src/token/token-value.js';
 import { seedUserTokens } from './lib/fixtures.js';
 import { freePort, ProcessGroup, waitForPort, type Started } from './lib/processes.js';
-import { startRedis } from './lib/redis.js';
+import { benchStore, startRedis } from './lib/redis.js';
 import { startNodeServer, startUpstream } from './lib/services.js';
 import { readSettings } from './lib/settings.js';
 import { ME, ME_SIGNED, tokengateConfigYaml, type BenchConfigOptions } from './lib/tokengate-config.js';
@@ -140,13 +139,7 @@ async function main(): Promise<void> {
   const lines: string[] = [];
   try {
     const redis = await startRedis(group);
-    const store = new RedisStore({
-      connection: { topology: { kind: 'standalone', url: redis.url } },
-      keyPrefix: KEY_PREFIX,
-      commandTimeoutMs: 5_000,
-      connectTimeoutMs: 2_000,
-      waitForReplicas: 0,
-    });
+    const store = benchStore(redis.url, KEY_PREFIX);
     const tagKey = generateTagKey();
     const [token] = await seedUserTokens(store, createTokenMinter(decodeTagKey(tagKey)), 1);
     const upstream = await startUpstream(group);

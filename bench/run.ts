@@ -2,14 +2,13 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { RedisStore } from '../src/store/redis.js';
 import { createTokenMinter, decodeTagKey, generateTagKey } from '../src/token/token-value.js';
 import { clusterMiss } from './lib/cluster.js';
 import { cacheHitDpop } from './lib/dpop.js';
 import { seedUserTokens } from './lib/fixtures.js';
 import { attempt, elapsedSeconds, probeDrift, progress, rowsInTurns, type Bench, type Results, type Scenario } from './lib/measure.js';
 import { ProcessGroup, choosePinning, pinThisProcess } from './lib/processes.js';
-import { startRedis } from './lib/redis.js';
+import { benchStore, startRedis } from './lib/redis.js';
 import { describeMachine, renderReport } from './lib/report.js';
 import {
   bareProxy,
@@ -127,13 +126,7 @@ async function main(): Promise<number> {
   };
   try {
     const redis = await startRedis(group);
-    const store = new RedisStore({
-      connection: { topology: { kind: 'standalone', url: redis.url } },
-      keyPrefix: KEY_PREFIX,
-      commandTimeoutMs: 5_000,
-      connectTimeoutMs: 2_000,
-      waitForReplicas: 0,
-    });
+    const store = benchStore(redis.url, KEY_PREFIX);
     try {
       const tagKey = generateTagKey();
       const minter = createTokenMinter(decodeTagKey(tagKey));

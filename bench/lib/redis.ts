@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import type { RedisDoor } from '../../src/store/backend.js';
+import { RedisStore } from '../../src/store/redis.js';
 import { freePort, waitForPort, type ProcessGroup, type Started } from './processes.js';
 
 /** Commands Redis has executed so far (INFO commandstats), the INFO itself not counted. */
@@ -18,4 +19,15 @@ export async function startRedis(group: ProcessGroup): Promise<{ url: string; pr
   const started = group.spawn('redis', 'load', 'redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no']);
   await waitForPort(started, port);
   return { url: `redis://127.0.0.1:${port}`, process: started };
+}
+
+/** The store a run writes its tokens and applications to: the throwaway Redis at `url`, under the run's key prefix. */
+export function benchStore(url: string, keyPrefix: string): RedisStore {
+  return new RedisStore({
+    connection: { topology: { kind: 'standalone', url } },
+    keyPrefix,
+    commandTimeoutMs: 5_000,
+    connectTimeoutMs: 2_000,
+    waitForReplicas: 0,
+  });
 }
